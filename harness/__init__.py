@@ -1,0 +1,21 @@
+"""Checks and reference models for the Transformer-from-Scratch course.
+
+A learner imports only what is listed in `__all__`.
+"""
+
+from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
+from harness.config import Config
+from harness.course import components
+from harness.reference import load_reference_gpt2
+from harness.tokenizer import gpt2_encoding, gpt2_tokenizer
+
+__all__ = [
+    "Config",
+    "components",
+    "gpt2_encoding",
+    "gpt2_tokenizer",
+    "load_gpt2_test",
+    "load_reference_gpt2",
+    "rand_float_test",
+    "rand_int_test",
+]

@@ -1,0 +1,37 @@
+"""The model configuration shared by the learner's modules and the checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    """Hyperparameters of a GPT-2-architecture model; the defaults are GPT-2 small's."""
+
+    d_model: int = 768
+    debug: bool = True
+    layer_norm_eps: float = 1e-5
+    d_vocab: int = 50257
+    init_range: float = 0.02
+    n_ctx: int = 1024
+    d_head: int = 64
+    d_mlp: int = 3072
+    n_heads: int = 12
+    n_layers: int = 12
+
+    @classmethod
+    def from_reference(cls, model) -> Config:
+        """The `Config` that matches a TransformerLens `HookedTransformer` (e.g. the course's reference)."""
+        c = model.cfg
+        return cls(
+            d_model=c.d_model,
+            layer_norm_eps=c.eps,
+            d_vocab=c.d_vocab,
+            init_range=c.initializer_range,
+            n_ctx=c.n_ctx,
+            d_head=c.d_head,
+            d_mlp=c.d_mlp,
+            n_heads=c.n_heads,
+            n_layers=c.n_layers,
+        )
