@@ -1,0 +1,118 @@
+"""Small assertion helpers shared by every check: each failure is an AssertionError that speaks to the learner."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import torch
+from torch import Tensor
+
+
+def fail(message: str) -> NoReturn:
+    raise AssertionError(message)
+
+
+def build(cls, cfg, what: str | None = None):
+    """`cls(cfg)`, turning a wrong signature or an exception in `__init__` into a clear failure."""
+    name = what or getattr(cls, "__name__", repr(cls))
+    if not callable(cls):
+        fail(f"Expected a class to test, got {type(cls).__name__} {cls!r}. Pass the class itself, e.g. LayerNorm.")
+    try:
+        module = cls(cfg)
+    except TypeError as err:
+        raise AssertionError(
+            f"Could not build {name}(cfg): {err}. The class must take exactly one argument, the Config."
+        ) from err
+    except Exception as err:
+        raise AssertionError(f"{name}(cfg) raised {type(err).__name__} in __init__: {err}") from err
+    if not isinstance(module, torch.nn.Module):
+        fail(f"{name}(cfg) returned a {type(module).__name__}, not a torch.nn.Module: subclass nn.Module.")
+    return module
+
+
+def call(fn, *args, what: str):
+    """Run learner code, turning any exception into a failure that names it (the cause stays chained)."""
+    try:
+        return fn(*args)
+    except AssertionError:
+        raise
+    except Exception as err:
+        hint = ""
+        if isinstance(err, IndexError) and "PosEmbed" in what:
+            hint = " (index W_pos by position, 0..pos-1, not by the token ids)"
+        elif isinstance(err, RuntimeError) and ("size" in str(err) or "shape" in str(err)):
+            hint = " (a shape mismatch: check the shape of each tensor against the annotations)"
+        raise AssertionError(f"{what} raised {type(err).__name__}: {err}{hint}") from err
+
+
+def as_tensor_output(out, what: str) -> Tensor:
+    """The output as a tensor: a tuple's first item is taken; lists, arrays and other types fail."""
+    if isinstance(out, tuple) and out:
+        out = out[0]
+    if isinstance(out, Tensor):
+        return out
+    kind = type(out).__module__.split(".")[0] + "." + type(out).__name__
+    if kind == "numpy.ndarray":
+        fail(f"{what} returned a NumPy array: return a torch.Tensor (stay in torch, no .numpy()).")
+    if isinstance(out, list):
+        fail(f"{what} returned a list: return one torch.Tensor (e.g. torch.stack the pieces).")
+    if out is None:
+        fail(f"{what} returned None: did you forget `return`?")
+    fail(f"{what} returned {kind}, expected a torch.Tensor.")
+
+
+def check_tensor(out: Tensor, shape: tuple[int, ...], what: str, dtype=torch.float32, device=None) -> None:
+    """Exact shape (no broadcasting), dtype, device and finiteness."""
+    shape = tuple(shape)
+    got = tuple(out.shape)
+    if got != shape:
+        hint = ""
+        if len(got) == len(shape) - 1 and got == shape[1:]:
+            hint = " It lacks the batch dimension: keep `batch` as the first dimension."
+        elif len(got) == len(shape) and sorted(got) == sorted(shape):
+            hint = " The sizes are right but in the wrong order: check your einsum/rearrange output pattern."
+        elif len(got) != len(shape):
+            hint = f" It has {len(got)} dimensions where {len(shape)} are due."
+        fail(f"{what} output has shape {list(got)}, expected {list(shape)}.{hint}")
+    if out.dtype != dtype:
+        hint = " Avoid float64 (NumPy, or torch.tensor on Python floats with dtype=float64)." if out.dtype == torch.float64 else ""
+        fail(f"{what} output has dtype {out.dtype}, expected {dtype}.{hint}")
+    if device is not None and out.device != torch.device(device):
+        fail(f"{what} output is on {out.device}, but its input was on {device}: create new tensors on the input's device.")
+    if out.is_floating_point() and not torch.isfinite(out).all():
+        n_nan = int(out.isnan().sum())
+        n_inf = int(out.isinf().sum())
+        fail(
+            f"{what} output has {n_nan} NaN and {n_inf} infinite values. Common causes: a row of attention scores "
+            "that is masked entirely (then softmax divides 0 by 0), -inf where a large negative number is safer, "
+            "or dividing by a standard deviation without epsilon."
+        )
+
+
+def mismatch_summary(actual: Tensor, expected: Tensor, atol: float, rtol: float) -> str | None:
+    """None when `actual` matches `expected` within |a - e| <= atol + rtol * |e|, else a description."""
+    actual = actual.detach().to(torch.float64)
+    expected = expected.detach().to(torch.float64)
+    diff = (actual - expected).abs()
+    bad = diff > atol + rtol * expected.abs()
+    if not bad.any():
+        return None
+    flat = int(diff.argmax())
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)]
+    share = bad.double().mean().item()
+    return (
+        f"{int(bad.sum())} of {bad.numel()} values ({share:.1%}) differ by more than atol={atol:g} + "
+        f"rtol={rtol:g}*|expected|; the largest difference is {diff.max().item():.3g} at index {index} "
+        f"(got {actual.flatten()[flat].item():.6g}, expected {expected.flatten()[flat].item():.6g})"
+    )
+
+
+def assert_close(actual: Tensor, expected: Tensor, what: str, atol: float = 1e-5, rtol: float = 1e-4, hint: str = "") -> None:
+    summary = mismatch_summary(actual, expected, atol, rtol)
+    if summary is not None:
+        fail(f"{what}: {summary}.{(' ' + hint) if hint else ''}")
+
+
+def assert_unchanged(before: Tensor, after: Tensor, what: str) -> None:
+    if before.shape != after.shape or not torch.equal(before, after):
+        fail(f"{what} modified its input in place: compute into a new tensor (x = x - mean, not x -= mean or x.sub_()).")
