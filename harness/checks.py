@@ -1,3 +1,393 @@
-def rand_int_test(*a, **k): raise NotImplementedError
-def rand_float_test(*a, **k): raise NotImplementedError
-def load_gpt2_test(*a, **k): raise NotImplementedError
+"""The three general checks a learner calls: `rand_int_test`, `rand_float_test` and `load_gpt2_test`.
+
+Each one recognises which GPT-2 module it is testing from its parameter names (LayerNorm, Embed, PosEmbed,
+Attention, MLP, TransformerBlock, Unembed or the full model), compares the learner's output with TransformerLens's
+own component holding the very same weights, and then runs that kind's targeted probes: small, oddly shaped
+configurations and crafted inputs on which the usual mistakes cannot hide. When the output is wrong, the known
+mistakes are recomputed from the same weights to name the one the learner most likely made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor
+
+from harness import _variants
+from harness._assertions import (
+    as_tensor_output,
+    assert_unchanged,
+    build,
+    call,
+    check_tensor,
+    fail,
+    mismatch_summary,
+)
+from harness.config import Config
+
+# A configuration on which shape shortcuts fail: d_head * n_heads != d_model, every size distinct, two layers.
+PROBE_CONFIG = Config(d_model=12, d_head=5, n_heads=3, d_mlp=20, n_layers=2, n_ctx=10, d_vocab=30)
+RTOL = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    name: str
+    takes_tokens: bool
+    learner_call: str  # how the course's docs call the module's forward, for messages
+
+
+KINDS = {
+    "LayerNorm": Kind("LayerNorm", False, "LayerNorm(cfg)(residual)"),
+    "Embed": Kind("Embed", True, "Embed(cfg)(tokens)"),
+    "PosEmbed": Kind("PosEmbed", True, "PosEmbed(cfg)(tokens)"),
+    "Attention": Kind("Attention", False, "Attention(cfg)(normalized_resid_pre)"),
+    "MLP": Kind("MLP", False, "MLP(cfg)(normalized_resid_mid)"),
+    "TransformerBlock": Kind("TransformerBlock", False, "TransformerBlock(cfg)(resid_pre)"),
+    "Unembed": Kind("Unembed", False, "Unembed(cfg)(normalized_resid_final)"),
+    "DemoTransformer": Kind("DemoTransformer", True, "DemoTransformer(cfg)(tokens)"),
+}
+
+
+def _tl_config(cfg: Config):
+    from transformer_lens import HookedTransformerConfig
+
+    return HookedTransformerConfig(
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        n_heads=cfg.n_heads,
+        d_mlp=cfg.d_mlp,
+        n_layers=cfg.n_layers,
+        n_ctx=cfg.n_ctx,
+        d_vocab=cfg.d_vocab,
+        eps=cfg.layer_norm_eps,
+        act_fn="gelu_new",
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        init_weights=False,
+        default_prepend_bos=False,
+        device="cpu",
+    )
+
+
+def _oracle(kind: str, cfg: Config):
+    """TransformerLens's own module of this kind (weights uninitialised: they are loaded from the learner's)."""
+    from transformer_lens import HookedTransformer
+    from transformer_lens import components as tl
+
+    tl_cfg = _tl_config(cfg)
+    builders = {
+        "LayerNorm": lambda: tl.LayerNorm(tl_cfg),
+        "Embed": lambda: tl.Embed(tl_cfg),
+        "PosEmbed": lambda: tl.PosEmbed(tl_cfg),
+        "Attention": lambda: tl.Attention(tl_cfg, "global", 0),
+        "MLP": lambda: tl.MLP(tl_cfg),
+        "TransformerBlock": lambda: tl.TransformerBlock(tl_cfg, 0),
+        "Unembed": lambda: tl.Unembed(tl_cfg),
+        "DemoTransformer": lambda: HookedTransformer(tl_cfg, move_to_device=False),
+    }
+    return builders[kind]().eval()
+
+
+def _run_reference(module, x: Tensor) -> Tensor:
+    from transformer_lens.components import AbstractAttention
+
+    with torch.no_grad():
+        if isinstance(module, AbstractAttention):
+            return module(x, x, x)
+        return module(x)
+
+
+def _reference_shapes(kind: str, cfg: Config) -> dict[str, tuple[int, ...]]:
+    """The parameter names and shapes of TransformerLens's module of this kind (what strict loading expects)."""
+    d, h, dh = cfg.d_model, cfg.n_heads, cfg.d_head
+    ln = {"w": (d,), "b": (d,)}
+    attn = {"W_Q": (h, d, dh), "W_K": (h, d, dh), "W_V": (h, d, dh), "W_O": (h, dh, d)}
+    attn |= {"b_Q": (h, dh), "b_K": (h, dh), "b_V": (h, dh), "b_O": (d,)}
+    mlp = {"W_in": (d, cfg.d_mlp), "b_in": (cfg.d_mlp,), "W_out": (cfg.d_mlp, d), "b_out": (d,)}
+    unembed = {"W_U": (d, cfg.d_vocab), "b_U": (cfg.d_vocab,)}
+
+    def prefixed(prefix: str, shapes: dict) -> dict:
+        return {f"{prefix}.{name}": shape for name, shape in shapes.items()}
+
+    block = prefixed("ln1", ln) | prefixed("attn", attn) | prefixed("ln2", ln) | prefixed("mlp", mlp)
+    if kind == "DemoTransformer":
+        full = {"embed.W_E": (cfg.d_vocab, d), "pos_embed.W_pos": (cfg.n_ctx, d)}
+        for layer in range(cfg.n_layers):
+            full |= prefixed(f"blocks.{layer}", block)
+        return full | prefixed("ln_final", ln) | prefixed("unembed", unembed)
+    return {
+        "LayerNorm": ln,
+        "Embed": {"W_E": (cfg.d_vocab, d)},
+        "PosEmbed": {"W_pos": (cfg.n_ctx, d)},
+        "Attention": attn,
+        "MLP": mlp,
+        "TransformerBlock": block,
+        "Unembed": unembed,
+    }[kind]
+
+
+def _learner_weights(module) -> dict[str, Tensor]:
+    """Parameters and persistent buffers: some learners keep b_U as a buffer; both are weights."""
+    weights = dict(module.named_parameters())
+    for name, buf in module.state_dict().items():
+        weights.setdefault(name, buf)
+    return weights
+
+
+def _identify(module, cls, cfg: Config) -> str:
+    """Which course module this is: by parameter names, else by parameter shapes and the class name."""
+    params = {name: tuple(p.shape) for name, p in module.named_parameters()}
+    cls_name = getattr(cls, "__name__", "").lower()
+    best, best_score = None, 0.0
+    for kind in KINDS:
+        expected = _reference_shapes(kind, cfg)
+        if set(expected) <= set(_learner_weights(module)) and set(params) <= set(expected) | {"IGNORE"}:
+            return kind
+        names = set(expected) | set(params)
+        score = len(set(expected) & set(params)) / len(names) if names else 0.0
+        if sorted(expected.values()) == sorted(params.values()):
+            score += 0.75
+        if kind.lower() in cls_name:
+            score += 0.5
+        if score > best_score:
+            best, best_score = kind, score
+    if best is None:
+        fail(
+            f"{getattr(cls, '__name__', cls)} has parameters {sorted(params) or 'none'}, which match none of the "
+            "course's modules. Name them as in the exercise (e.g. w, b for LayerNorm; W_Q, W_K, W_V, W_O, b_Q, ... "
+            "for Attention) and create them with nn.Parameter in __init__."
+        )
+    return best
+
+
+def _compare_weights(kind: str, module, reference_shapes: dict, what: str) -> None:
+    """Strict loading: every missing, unexpected or mis-shaped parameter is named."""
+    learner = _learner_weights(module)
+    learner_params = set(dict(module.named_parameters()))
+    missing = sorted(set(reference_shapes) - set(learner))
+    unexpected = sorted(learner_params - set(reference_shapes))
+    misshaped = [
+        f"{name}: yours {list(learner[name].shape)}, expected {list(shape)}"
+        for name, shape in reference_shapes.items()
+        if name in learner and tuple(learner[name].shape) != tuple(shape)
+    ]
+    problems = []
+    seen: dict[int, str] = {}
+    for name, tensor in learner.items():
+        first = seen.setdefault(tensor.data_ptr(), name)
+        if first != name and tensor.numel() > 1:
+            problems.append(
+                f"{first} and {name} are the same tensor (one module reused: build a new one per layer, "
+                "e.g. nn.ModuleList([TransformerBlock(cfg) for _ in range(cfg.n_layers)]), not [block] * n_layers)"
+            )
+            break
+    if missing:
+        problems.append(f"missing parameters {missing}")
+    if unexpected:
+        problems.append(f"unexpected parameters {unexpected}")
+    if misshaped:
+        problems.append("parameters of the wrong shape: " + "; ".join(misshaped))
+    if problems:
+        fail(
+            f"{what} cannot load the {kind} weights: " + ", ".join(problems) + ". "
+            "Parameter names and shapes must match the reference's (see the exercise's __init__)."
+        )
+
+
+def _randomize(module, cfg: Config, seed: int) -> None:
+    """Weights of a realistic scale with non-zero biases and LayerNorm gains away from 1, so no term can hide."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in _learner_weights(module).items():
+            if not p.is_floating_point():
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            noise = torch.randn(p.shape, generator=gen)
+            if leaf == "w":
+                value = 1 + 0.3 * noise
+            elif leaf.startswith("b"):
+                value = 0.3 * noise
+            elif leaf in ("W_E", "W_pos"):
+                value = noise
+            elif leaf == "W_O":
+                value = noise / (cfg.n_heads * cfg.d_head) ** 0.5
+            elif p.dim() >= 2:
+                value = noise / p.shape[-2] ** 0.5
+            else:
+                continue
+            p.copy_(value.to(p.dtype))
+
+
+def _load_into(target, weights: dict[str, Tensor]) -> None:
+    with torch.no_grad():
+        target_weights = _learner_weights(target)
+        for name, tensor in weights.items():
+            if name in target_weights:
+                target_weights[name].copy_(tensor)
+
+
+def _expected_shape(kind: str, input_shape: tuple[int, ...], cfg: Config) -> tuple[int, ...]:
+    if kind in ("Embed", "PosEmbed"):
+        return (*input_shape, cfg.d_model)
+    if kind == "DemoTransformer":
+        return (*input_shape, cfg.d_vocab)
+    if kind == "Unembed":
+        return (*input_shape[:-1], cfg.d_vocab)
+    return tuple(input_shape)
+
+
+def _tolerance(expected: Tensor) -> float:
+    return 1e-5 * max(1.0, expected.abs().max().item())
+
+
+def _forward(module, x: Tensor, what: str, kind: str, cfg: Config) -> Tensor:
+    before = x.clone()
+    out = as_tensor_output(call(module, x, what=f"{what}.forward"), f"{what}.forward")
+    assert_unchanged(before, x, f"{what}.forward")
+    check_tensor(out, _expected_shape(kind, tuple(x.shape), cfg), what, device=x.device)
+    return out
+
+
+def _compare_outputs(kind, module, reference, x, out, what, context) -> None:
+    expected = _run_reference(reference, x)
+    summary = mismatch_summary(out, expected, _tolerance(expected), RTOL)
+    if summary is None:
+        return
+    hint = _variants.diagnose(kind, reference, x, out, _tolerance(expected), RTOL)
+    fail(f"{what} output does not match the reference {context}: {summary}." + (f" {hint}" if hint else ""))
+
+
+def _module_check(cls, cfg: Config, x: Tensor, seed: int, context: str, expected_kind: str | None = None) -> str:
+    """Build, identify, randomise, run and compare one module against TransformerLens's."""
+    what = getattr(cls, "__name__", "module")
+    module = build(cls, cfg)
+    kind = expected_kind or _identify(module, cls, cfg)
+    _compare_weights(kind, module, _reference_shapes(kind, cfg), what)
+    _randomize(module, cfg, seed)
+    module.eval()
+    reference = _oracle(kind, cfg)
+    _load_into(reference, _learner_weights(module))
+    with torch.no_grad():
+        out = _forward(module, x, what, kind, cfg)
+    _compare_outputs(kind, module, reference, x, out, what, context)
+    return kind
+
+
+def _probe_input(kind: str, cfg: Config, shape: tuple[int, ...], gen: torch.Generator, scale: float = 1.0) -> Tensor:
+    if KINDS[kind].takes_tokens:
+        return torch.randint(0, cfg.d_vocab, shape, generator=gen)
+    return torch.randn((*shape, cfg.d_model), generator=gen) * scale
+
+
+def _run_probes(cls, kind: str) -> list[str]:
+    """The targeted checks of one kind of module; returns what was probed, for the success line."""
+    gen = torch.Generator().manual_seed(1234)
+    probe_shape = (3, 7)
+    done = []
+    x = _probe_input(kind, PROBE_CONFIG, probe_shape, gen)
+    _module_check(cls, PROBE_CONFIG, x, 1, "on a small config (d_model=12, n_heads=3, d_head=5, d_mlp=20)", kind)
+    done.append("odd-sized config")
+    if kind == "LayerNorm":
+        big_eps = dataclasses.replace(PROBE_CONFIG, layer_norm_eps=0.5)
+        x = 5.0 + 0.3 * _probe_input(kind, big_eps, probe_shape, gen)
+        _module_check(cls, big_eps, x, 2, "with layer_norm_eps=0.5 and inputs of small spread around 5", kind)
+        done.append("large epsilon")
+    if kind == "Attention":
+        _variants.causal_mask_probe(build(cls, PROBE_CONFIG))
+        done.append("causal mask")
+    if kind == "MLP":
+        _variants.gelu_probe(cls)
+        done.append("GELU on [-6, 6]")
+    if kind == "PosEmbed":
+        x = _probe_input(kind, PROBE_CONFIG, (2, PROBE_CONFIG.n_ctx - 6), gen)
+        _module_check(cls, PROBE_CONFIG, x, 3, "on a sequence shorter than n_ctx", kind)
+        done.append("short sequence")
+    return done
+
+
+def _success(check: str, cls, kind: str, shape, probes: list[str], extra: str = "") -> None:
+    name = getattr(cls, "__name__", kind)
+    print(f"{check}({name}) passed: output shape {list(shape)}{extra}; probes: {', '.join(probes)}.")
+
+
+def _resolve_cfg(cfg):
+    if cfg is None:
+        return Config()
+    if not dataclasses.is_dataclass(cfg) or not hasattr(cfg, "d_model"):
+        fail(f"cfg must be a Config, got {type(cfg).__name__}.")
+    return cfg
+
+
+def _rand_test(check: str, cls, shape, cfg, takes_tokens: bool) -> None:
+    cfg = _resolve_cfg(cfg)
+    shape = tuple(int(s) for s in shape)
+    what = getattr(cls, "__name__", "module")
+    module = build(cls, cfg)
+    kind = _identify(module, cls, cfg)
+    if KINDS[kind].takes_tokens != takes_tokens:
+        other = "rand_int_test" if KINDS[kind].takes_tokens else "rand_float_test"
+        fail(f"{what} looks like a {kind}, which takes {'token ids' if KINDS[kind].takes_tokens else 'floats'}: use {other}.")
+    gen = torch.Generator().manual_seed(0)
+    if takes_tokens:
+        x = torch.randint(0, cfg.d_vocab, shape, generator=gen)
+    else:
+        if shape[-1] != cfg.d_model:
+            fail(f"The last dimension of the input shape must be d_model={cfg.d_model}, got shape {list(shape)}.")
+        x = torch.randn(shape, generator=gen)
+    _module_check(cls, cfg, x, 0, "with random weights on a random input", kind)
+    probes = _run_probes(cls, kind)
+    _success(check, cls, kind, _expected_shape(kind, shape, cfg), probes, ", matches TransformerLens")
+
+
+def rand_int_test(cls, shape, cfg: Config | None = None) -> None:
+    """Check a module that takes token ids (Embed, PosEmbed, the full model) on random tokens of `shape`."""
+    _rand_test("rand_int_test", cls, shape, cfg, takes_tokens=True)
+
+
+def rand_float_test(cls, shape, cfg: Config | None = None) -> None:
+    """Check a module that takes floats (LayerNorm, Attention, MLP, TransformerBlock, Unembed) on randn(`shape`)."""
+    _rand_test("rand_float_test", cls, shape, cfg, takes_tokens=False)
+
+
+def _reference_cfg(reference_module) -> Config:
+    tl_cfg = getattr(reference_module, "cfg", None)
+    if tl_cfg is None:
+        from harness import reference as ref
+
+        if not ref._loaded:
+            fail("Could not tell the reference's config: pass cfg=Config.from_reference(reference).")
+        tl_cfg = next(reversed(ref._loaded.values())).cfg
+    return Config.from_reference(type("M", (), {"cfg": tl_cfg}))
+
+
+def load_gpt2_test(cls, reference_module, input, cfg: Config | None = None) -> None:
+    """Load `reference_module`'s weights strictly into `cls(cfg)` and compare outputs on `input`."""
+    if not isinstance(reference_module, torch.nn.Module):
+        fail(f"reference_module must be a module of the reference model (e.g. reference.ln_final), got {type(reference_module).__name__}.")
+    if not isinstance(input, Tensor):
+        fail(f"input must be a torch.Tensor, got {type(input).__name__}.")
+    cfg = _resolve_cfg(cfg) if cfg is not None else _reference_cfg(reference_module)
+    what = getattr(cls, "__name__", "module")
+    module = build(cls, cfg)
+    reference_shapes = {name: tuple(p.shape) for name, p in reference_module.named_parameters()}
+    kind = _identify(module, cls, cfg)
+    _compare_weights(kind, module, reference_shapes, what)
+    _load_into(module, dict(reference_module.named_parameters()))
+    module.eval()
+    x = input.detach().clone()
+    with torch.no_grad():
+        out = _forward(module, x, what, kind, cfg)
+        expected = _run_reference(reference_module, x)
+    atol = 1e-4 * max(1.0, expected.abs().mean().item())
+    summary = mismatch_summary(out, expected, atol, 1e-4)
+    if summary is not None:
+        hint = _variants.diagnose(kind, reference_module, x, out, atol, 1e-4)
+        fail(
+            f"{what} with the reference's weights does not reproduce its output: {summary}."
+            + (f" {hint}" if hint else "")
+        )
+    probes = _run_probes(cls, kind)
+    diff = (out - expected).abs().max().item()
+    _success("load_gpt2_test", cls, kind, out.shape, probes, f", max difference from the reference {diff:.2e}")

@@ -1,3 +1,612 @@
-"""(being written)"""
+"""Checks for notebook 06 (training): the language-model loss, the training loop, the reversal task's loss floor and
+the masked loss of the bonus addition task.
 
-__all__: list[str] = []
+Each check runs the learner's code on small inputs built here, compares the result with an independent computation
+(`torch.nn.functional.cross_entropy`, a closed form, a gradient recomputed at every optimizer step) and raises
+AssertionError naming the likely mistake. On success it prints one line to stdout and returns None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import types
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness._assertions import as_tensor_output, assert_unchanged, call, fail
+
+__all__ = ["lm_loss_test", "masked_loss_test", "reversal_floor_test", "train_test"]
+
+_TOL = 1e-4  # absolute and relative, on losses computed in float32
+
+
+def _close(value: float, expected: float, tol: float = _TOL) -> bool:
+    return math.isfinite(value) and abs(value - expected) <= tol + tol * abs(expected)
+
+
+def _first_match(value: float, candidates: list[tuple[float, str]]) -> str:
+    for candidate, hint in candidates:
+        if _close(value, candidate):
+            return " " + hint
+    return ""
+
+
+def _scalar_loss(out, name: str) -> Tensor:
+    """The learner's loss as a 0-dimensional float32 tensor that still carries the autograd graph."""
+    if isinstance(out, float | int):
+        fail(
+            f"{name} returned a Python {type(out).__name__}: return the tensor itself (no .item()), so it can be backpropagated."
+        )
+    out = as_tensor_output(out, name)
+    if out.ndim != 0:
+        hint = (
+            " Return a 0-dimensional tensor (the result of .mean()), not one of shape [1]."
+            if out.numel() == 1
+            else (" It seems to keep one loss per sequence or position: average them into one number.")
+        )
+        fail(f"{name} returned a tensor of shape {list(out.shape)}; a loss is a scalar (shape []).{hint}")
+    if out.dtype != torch.float32:
+        fail(f"{name} returned dtype {out.dtype}; with float32 logits the loss should be float32.")
+    if not out.requires_grad:
+        fail(
+            f"{name} returned a tensor that does not depend on the logits: no .item(), .detach(), torch.no_grad() "
+            "or NumPy inside a loss, or training cannot backpropagate through it."
+        )
+    return out
+
+
+def _nll(logits: Tensor, tokens: Tensor) -> Tensor:
+    """-log p(tokens[:, i+1] | logits[:, i]) for every position that has a next token, in float64: [batch, pos-1]."""
+    d_vocab = logits.shape[-1]
+    flat = F.cross_entropy(logits[:, :-1].reshape(-1, d_vocab).double(), tokens[:, 1:].reshape(-1), reduction="none")
+    return flat.view(tokens.shape[0], -1)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# lm_loss_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _loss_inputs(
+    seed: int, batch: int = 3, pos: int = 7, d_vocab: int = 13, scale: float = 2.0
+) -> tuple[Tensor, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    logits = scale * torch.randn(batch, pos, d_vocab, generator=gen)
+    tokens = torch.randint(0, d_vocab, (batch, pos), generator=gen)
+    return logits, tokens
+
+
+def _large_logits() -> tuple[Tensor, Tensor]:
+    """Logits where softmax underflows to exactly 0 for some correct tokens: only a log-sum-exp survives them."""
+    logits, tokens = _loss_inputs(seed=3, scale=1.0)
+    logits[:, :, 0] += 100.0
+    logits[0, :-1].scatter_(-1, tokens[0, 1:, None], -100.0)
+    return logits, tokens
+
+
+def _lm_loss_diagnosis(value: float, logits: Tensor, tokens: Tensor) -> str:
+    batch, pos, d_vocab = logits.shape
+    logits = logits.double()
+    right = _nll(logits, tokens).mean().item()
+    log_probs = logits.log_softmax(-1)
+    return _first_match(
+        value,
+        [
+            (-right, "It has the wrong sign: the loss is the *negative* mean log-probability of the correct tokens."),
+            (
+                F.cross_entropy(logits.reshape(-1, d_vocab), tokens.reshape(-1)).item(),
+                (
+                    "It scores each position's logits against the token at the same position, which the model has "
+                    "already seen. The logits at position i predict token i+1: pair logits[:, :-1] with tokens[:, 1:]."
+                ),
+            ),
+            (
+                F.cross_entropy(logits[:, 1:].reshape(-1, d_vocab), tokens[:, :-1].reshape(-1)).item(),
+                (
+                    "It is shifted the wrong way: pair logits[:, :-1] with tokens[:, 1:], not logits[:, 1:] with "
+                    "tokens[:, :-1]."
+                ),
+            ),
+            (right * batch * (pos - 1), "It is the sum over all predictions: take the mean instead."),
+            (right * (pos - 1), "It sums over positions: take the mean over every (sequence, position) pair."),
+            (right * batch, "It sums over the batch: take the mean over every (sequence, position) pair."),
+            (
+                -logits.softmax(-1)[:, :-1].gather(-1, tokens[:, 1:, None]).mean().item(),
+                "It averages probabilities (softmax), not log-probabilities: use log_softmax.",
+            ),
+            (
+                -logits[:, :-1].gather(-1, tokens[:, 1:, None]).mean().item(),
+                "It uses the raw logits as log-probabilities: apply log_softmax over the vocabulary first.",
+            ),
+            (
+                -log_probs[:, :-1].mean().item(),
+                "It averages over the whole vocabulary: gather only the correct token's log-probability.",
+            ),
+            (right / math.log(2), "It is in bits (log2): use the natural logarithm, as log_softmax does."),
+        ],
+    )
+
+
+def lm_loss_test(lm_cross_entropy) -> None:
+    """Checks `lm_cross_entropy(logits, tokens) -> scalar`: the mean next-token cross-entropy of a batch."""
+    name = getattr(lm_cross_entropy, "__name__", "lm_cross_entropy")
+    if not callable(lm_cross_entropy):
+        fail(f"Expected the loss function itself, got {type(lm_cross_entropy).__name__}.")
+    cases = (
+        ("random logits", _loss_inputs(seed=0)),
+        ("a batch of one sequence", _loss_inputs(seed=1, batch=1, pos=5, d_vocab=9)),
+        ("logits of large magnitude (about 100)", _large_logits()),
+    )
+    for what, (logits, tokens) in cases:
+        batch, pos, d_vocab = logits.shape
+        leaf = logits.clone().requires_grad_(True)
+        tokens_in = tokens.clone()
+        out = _scalar_loss(call(lm_cross_entropy, leaf, tokens_in, what=f"{name}(logits, tokens)"), name)
+        assert_unchanged(logits, leaf.detach(), name)
+        assert_unchanged(tokens, tokens_in, name)
+        expected = _nll(logits, tokens).mean().item()
+        value = out.item()
+        if not math.isfinite(value):
+            fail(
+                f"On {what}, {name} returned {value} (expected {expected:.4f}). softmax underflows to 0 for large "
+                "logits, so log(softmax(x)) gives -inf: use log_softmax (or F.cross_entropy), which subtracts the "
+                "largest logit first (the log-sum-exp trick)."
+            )
+        if not _close(value, expected):
+            hint = _lm_loss_diagnosis(value, logits, tokens)
+            if not hint and what.startswith("logits of large"):
+                hint = (
+                    " It is right on small logits but not on large ones: log(softmax(x) + eps) or clamping hides the "
+                    "underflow without fixing it; use log_softmax."
+                )
+            fail(
+                f"On {what} (batch {batch}, {pos} positions, {d_vocab} tokens), {name} returned {value:.6f}, expected "
+                f"{expected:.6f}: the mean of -log p(tokens[:, i+1] | logits[:, i]) over the {batch * (pos - 1)} "
+                f"predictions.{hint}"
+            )
+        out.backward()
+        if leaf.grad is None or not torch.isfinite(leaf.grad).all():
+            fail(f"Backpropagating through {name} on {what} gave no or non-finite gradients: use log_softmax.")
+        if leaf.grad[:, -1].abs().max() > 0:
+            fail(f"{name} depends on the logits at the last position, which have no next token to predict: drop them.")
+    print(f"{name} passed: matches F.cross_entropy on next-token targets (shifted by one), also for large logits.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# train_test
+# --------------------------------------------------------------------------------------------------------------------
+
+_V, _SEQ = 13, 10  # a vocabulary and window length of the toy data, both unlike any real setting
+
+
+def _chain_windows(n: int, seed: int, noise: float = 0.15) -> Tensor:
+    """Windows following next = (3 * prev + 5) mod 13, with a share of tokens replaced at random (all rows differ)."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.empty(n, _SEQ, dtype=torch.long)
+    rows[:, 0] = torch.randint(0, _V, (n,), generator=gen)
+    for i in range(1, _SEQ):
+        rows[:, i] = (3 * rows[:, i - 1] + 5) % _V
+        noisy = torch.rand(n, generator=gen) < noise
+        rows[noisy, i] = torch.randint(0, _V, (int(noisy.sum()),), generator=gen)
+    return rows
+
+
+class _ProbeModel(nn.Module):
+    """A bigram language model that remembers the batch of its last forward pass with gradients."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.cfg = types.SimpleNamespace(d_vocab=_V, n_ctx=_SEQ, d_model=8)
+        self.embed = nn.Embedding(_V, 8)
+        self.unembed = nn.Linear(8, _V)
+        self.last_batch: Tensor | None = None
+        self.recording = True
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        if self.recording and self.training and torch.is_grad_enabled():
+            self.last_batch = tokens.detach().clone()
+        return self.unembed(self.embed(tokens))
+
+
+def _expected_lr(step: int, args) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio * lr (written independently of the notebook's lr_at)."""
+    if step < args.warmup_steps:
+        return args.lr * (step + 1) / args.warmup_steps
+    progress = min(1.0, (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps))
+    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _flat(tensors) -> Tensor:
+    return torch.cat([t.detach().reshape(-1).double() for t in tensors])
+
+
+def _rel(a: Tensor, b: Tensor) -> float:
+    return ((a - b).norm() / b.norm().clamp(min=1e-12)).item()
+
+
+def _clip(g: Tensor, max_norm: float) -> Tensor:
+    return g * min(1.0, max_norm / (g.norm().item() + 1e-6))
+
+
+class _StepWatcher:
+    """Called just before each `optimizer.step()` on the probe model: checks the gradients and the learning rate."""
+
+    def __init__(self, model: _ProbeModel, args, train_rows: set, val_rows: set):
+        self.model, self.args = model, args
+        self.params = list(model.parameters())
+        self.train_rows, self.val_rows = train_rows, val_rows
+        self.steps = 0
+        self.losses: list[float] = []
+        self.batches: list[tuple] = []
+        self.previous_grad: Tensor | None = None
+        self.lrs: list[list[float]] = []
+        self.first_lr_unset = False
+
+    def __call__(self, optimizer, *_):
+        if not any(p is q for group in optimizer.param_groups for p in group["params"] for q in self.params[:1]):
+            return
+        step, model = self.steps, self.model
+        self.steps += 1
+        where = f"At optimizer.step() number {step + 1}"
+        batch = model.last_batch
+        if batch is None:
+            fail(f"{where}, the model had not been run with gradients on a batch: compute the loss of model(batch).")
+        self._check_batch(batch, where)
+        if all(p.grad is None for p in self.params):
+            fail(
+                f"{where}, no parameter had a gradient: call loss.backward() before optimizer.step(), and zero the "
+                "gradients before loss.backward(), not between backward and step."
+            )
+        grad = _flat(torch.zeros_like(p) if p.grad is None else p.grad for p in self.params)
+        if grad.norm() == 0:
+            fail(
+                f"{where}, every gradient was zero: the gradients were cleared between loss.backward() and "
+                "optimizer.step(). Call optimizer.zero_grad() before loss.backward() (or after optimizer.step())."
+            )
+        model.recording = False
+        with torch.enable_grad():
+            loss = _nll(model(batch), batch).mean()
+            fresh = _flat(torch.autograd.grad(loss, self.params))
+        model.recording = True
+        self.losses.append(loss.item())
+        self._check_grad(grad, fresh, where)
+        self.previous_grad = grad
+        self._check_lr(optimizer, step, where)
+
+    def _check_lr(self, optimizer, step: int, where: str) -> None:
+        args = self.args
+        lrs = [float(group["lr"]) for group in optimizer.param_groups]
+        self.lrs.append(lrs)
+        expected = _expected_lr(step, args)
+        wrong = [lr for lr in lrs if not _close(lr, expected, 1e-6)]
+        late = " It is the rate of the previous step: set the learning rate before optimizer.step(), not after."
+        if step == 0 and wrong and all(_close(lr, args.lr, 1e-9) for lr in wrong):
+            self.first_lr_unset = True  # the next step tells a missing schedule from one applied too late
+            return
+        if step == 1 and self.first_lr_unset:
+            if not wrong or all(_close(lr, _expected_lr(0, args), 1e-9) for lr in wrong):
+                fail(
+                    f"{where}, the learning rate was {wrong[0] if wrong else lrs[0]:.6g}, expected lr_at(1, args) = {expected:.6g}.{late}"
+                )
+            fail(
+                f"At optimizer.step() number 1, the learning rate was args.lr = {args.lr:g}, expected lr_at(0, args) = "
+                f"{_expected_lr(0, args):.6g}: the schedule was not applied. Set group['lr'] = lr_at(step, args) for "
+                "every group in optimizer.param_groups, each step, before optimizer.step()."
+            )
+        if wrong:
+            lr = wrong[0]
+            hint = " Set group['lr'] = lr_at(step, args) for every group in optimizer.param_groups, each step."
+            if step > 0 and _close(lr, _expected_lr(step - 1, args), 1e-9):
+                hint = late
+            elif _close(lr, _expected_lr(step + 1, args), 1e-9):
+                hint = " It is the rate of the next step: use lr_at(step, args) with this step's index (from 0)."
+            elif _close(lr, args.lr, 1e-9):
+                hint = " It stayed at args.lr: the schedule was not applied." + hint
+            fail(f"{where}, the learning rate was {lr:.6g}, expected lr_at({step}, args) = {expected:.6g}.{hint}")
+
+    def _check_batch(self, batch: Tensor, where: str) -> None:
+        args = self.args
+        if batch.ndim != 2 or batch.shape[0] != args.batch_size:
+            fail(
+                f"{where}, the model was run on a batch of shape {list(batch.shape)}, expected [args.batch_size={args.batch_size}, seq_len]."
+            )
+        rows = [tuple(row.tolist()) for row in batch]
+        if any(row in self.val_rows for row in rows):
+            fail(f"{where}, the batch held validation windows: draw training batches from train_windows only.")
+        if not all(row in self.train_rows for row in rows):
+            fail(
+                f"{where}, the batch held rows that are not windows of train_windows: index train_windows with random row indices."
+            )
+        self.batches.append(tuple(rows))
+
+    def _check_grad(self, grad: Tensor, fresh: Tensor, where: str) -> None:
+        clip = self.args.grad_clip
+        expected = _clip(fresh, clip)
+        if _rel(grad, expected) < 1e-3:
+            return
+        said = f"{where}, the gradients were not those of this step's loss, clipped to norm {clip}"
+        prev = self.previous_grad
+        if prev is not None and min(_rel(grad, _clip(prev + fresh, clip)), _rel(grad, prev + fresh)) < 1e-3:
+            fail(
+                f"{said}: they also hold the previous step's gradients. loss.backward() adds to .grad, so call "
+                "optimizer.zero_grad() every step, before loss.backward()."
+            )
+        if _rel(grad, fresh) < 1e-3:
+            fail(
+                f"{said}: they are not clipped (their norm is {grad.norm().item():.3g} > args.grad_clip = {clip}). Call "
+                "torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip) after loss.backward() and before "
+                "optimizer.step()."
+            )
+        if torch.nn.functional.cosine_similarity(grad, fresh, dim=0).item() > 0.9999:
+            fail(
+                f"{said}: they point the right way but their norm is {grad.norm().item():.4g}, expected "
+                f"{expected.norm().item():.4g}. Clip the total norm to args.grad_clip with clip_grad_norm_."
+            )
+        if _rel(grad, fresh.clamp(-clip, clip)) < 1e-3:
+            fail(
+                f"{said}: each gradient entry was clamped to ±{clip} (clip_grad_value_). Clip the total norm with "
+                "clip_grad_norm_, which scales all gradients together and keeps their direction."
+            )
+        fail(
+            f"{said} (relative difference {_rel(grad, expected):.3g}). Each step: loss = lm_cross_entropy(model(batch), "
+            "batch), optimizer.zero_grad(), loss.backward(), clip_grad_norm_, optimizer.step()."
+        )
+
+
+def _quiet_tqdm(iterable=None, *args, **kwargs):
+    from tqdm.std import tqdm
+
+    kwargs["disable"] = True
+    return tqdm(iterable, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _quiet(fn):
+    """No progress bar, no warnings on stderr while the learner's `fn` runs (stderr fails a graded cell)."""
+    namespace = getattr(fn, "__globals__", {})
+    saved = namespace.get("tqdm", None)
+    if saved is not None:
+        namespace["tqdm"] = _quiet_tqdm
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        if saved is not None:
+            namespace["tqdm"] = saved
+
+
+def train_test(train: Callable, TrainingArgs) -> None:
+    """Checks the loop of `train(model, train_windows, val_windows, args, log)` by training a toy model with it.
+
+    At every optimizer step the gradients are compared with this step's loss gradient recomputed independently
+    (which catches a missing zero_grad, backward or clipping), and the learning rate with the warm-up + cosine
+    schedule; afterwards the loss must have gone down.
+    """
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    name = getattr(train, "__name__", "train")
+    if not callable(train):
+        fail(f"Expected the training function itself, got {type(train).__name__}.")
+    fields = {
+        "batch_size": 8,
+        "max_steps": 30,
+        "lr": 0.05,
+        "warmup_steps": 5,
+        "min_lr_ratio": 0.1,
+        "weight_decay": 0.0,
+        "grad_clip": 0.1,
+    }
+    fields |= {"eval_every": 10, "eval_batches": 2, "seed": 0}
+    try:
+        args = TrainingArgs(**fields)
+    except TypeError as err:
+        fail(
+            f"TrainingArgs({', '.join(fields)}) failed ({err}): keep the TrainingArgs dataclass as the notebook gives it."
+        )
+    train_windows, val_windows = _chain_windows(48, seed=1), _chain_windows(24, seed=2)
+    train_rows = {tuple(row) for row in train_windows.tolist()}
+    val_windows = val_windows[[tuple(row) not in train_rows for row in val_windows.tolist()]]  # no row in both
+    model = _ProbeModel()
+    before = [p.detach().clone() for p in model.parameters()]
+    watcher = _StepWatcher(model, args, train_rows, {tuple(row) for row in val_windows.tolist()})
+    logged: list[str] = []
+    handle = register_optimizer_step_pre_hook(watcher)
+    try:
+        with _quiet(train):
+            history = call(train, model, train_windows, val_windows, args, logged.append, what=f"{name}(...)")
+    except AssertionError as err:
+        if isinstance(err.__cause__, NameError) and "loss" in str(err.__cause__):
+            raise AssertionError(
+                f"{err}. The code after your part records `loss`: name this step's loss `loss`."
+            ) from err
+        raise
+    finally:
+        handle.remove()
+
+    if watcher.steps == 0:
+        fail(f"{name} never called optimizer.step(): without it the parameters never change.")
+    if watcher.steps != args.max_steps:
+        fail(f"{name} called optimizer.step() {watcher.steps} times in {args.max_steps} steps: call it once per step.")
+    n_batches = len(set(watcher.batches))
+    if n_batches < args.max_steps // 2:
+        fail(
+            f"{name} used {n_batches} distinct batch{'es' if n_batches > 1 else ''} in {args.max_steps} steps: draw a "
+            "new random batch every step."
+        )
+    if not isinstance(history, dict) or len(history.get("train_loss", [])) != args.max_steps:
+        fail(f"{name} should return the history dict with one train_loss per step (keep the code after your part).")
+    for i, (got, want) in enumerate(zip(history["train_loss"], watcher.losses)):
+        if not _close(float(got), want, 1e-3):
+            fail(
+                f"At step {i}, the recorded loss was {float(got):.5f} but the loss of that step's batch is {want:.5f}: "
+                "`loss` must be lm_cross_entropy(model(batch), batch) for this step's batch."
+            )
+    if all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())):
+        fail(f"{name} left the model's parameters unchanged.")
+    start, end = sum(watcher.losses[:5]) / 5, sum(watcher.losses[-5:]) / 5
+    if not end < start - 0.3:
+        fail(
+            f"The toy model's loss went from {start:.3f} (first 5 steps) to {end:.3f} (last 5): it should fall by far more."
+        )
+    print(
+        f"{name} passed: {args.max_steps} steps with fresh, clipped gradients and the scheduled learning rate; "
+        f"the toy model's loss fell from {start:.2f} to {end:.2f}."
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# reversal_floor_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _floor(seq_len: int, d_vocab: int) -> float:
+    return (seq_len // 2 - 1) / (seq_len - 1) * math.log(d_vocab)
+
+
+def _floor_diagnosis(value: float, seq_len: int, d_vocab: int) -> str:
+    half, ln = seq_len // 2, math.log(d_vocab)
+    return _first_match(
+        value,
+        [
+            (
+                half / (seq_len - 1) * ln,
+                (
+                    "It counts the first token as unpredictable, but no loss is taken on it: "
+                    "the first prediction is of token 1."
+                ),
+            ),
+            ((half - 1) / seq_len * ln, "It averages over seq_len positions, but there are seq_len - 1 predictions."),
+            (
+                half / seq_len * ln,
+                (
+                    "Half the tokens are random, but the first one is never predicted, and there are "
+                    "seq_len - 1 predictions."
+                ),
+            ),
+            ((half - 1) / (seq_len - 1) * math.log2(d_vocab), "It is in bits: the loss uses the natural log."),
+            ((half - 1) / (seq_len - 1) * math.log10(d_vocab), "It uses log10: the loss uses the natural log."),
+            (ln, f"ln({d_vocab}) is the loss of one random token; average it with the determined ones (loss 0)."),
+            ((half - 1) * ln, "It is the total over the sequence: take the mean over the predictions."),
+            (1 / d_vocab, "That is a probability: the loss is -ln of the probability."),
+        ],
+    )
+
+
+def reversal_floor_test(floor) -> None:
+    """Checks the lowest mean loss reachable on the reversal task (16 tokens of 100 values, second half mirrored).
+
+    `floor` is a number, or a function `floor(seq_len, d_vocab)` (then also tried on other lengths and vocabularies).
+    """
+    cases = [(16, 100)]
+    if callable(floor):
+        cases += [(8, 10), (32, 50), (6, 7)]
+    for seq_len, d_vocab in cases:
+        value = call(floor, seq_len, d_vocab, what=f"floor({seq_len}, {d_vocab})") if callable(floor) else floor
+        if isinstance(value, Tensor):
+            if value.numel() != 1:
+                fail(f"The loss floor should be one number, got a tensor of shape {list(value.shape)}.")
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            fail(f"The loss floor should be a number (a float), got {type(value).__name__}.")
+        value = float(value)
+        expected = _floor(seq_len, d_vocab)
+        if not _close(value, expected, 1e-3):
+            about = f"for seq_len={seq_len}, d_vocab={d_vocab}" if callable(floor) else "for 16 tokens of 100 values"
+            fail(
+                f"Loss floor {about}: got {value:.4f}, which is not it.{_floor_diagnosis(value, seq_len, d_vocab)} "
+                "Count the predictions, and how many of them no model can do better on than a uniform guess."
+            )
+    print(f"reversal_floor_test passed: the floor for 16 tokens of 100 values is {_floor(16, 100):.4f} nats per token.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# masked_loss_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _masked_inputs(seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    batch, pos, d_vocab = 4, 9, 11
+    logits = 2.0 * torch.randn(batch, pos, d_vocab, generator=gen)
+    tokens = torch.randint(0, d_vocab, (batch, pos), generator=gen)
+    mask = torch.zeros(batch, pos, dtype=torch.bool)
+    for b, start in enumerate((5, 3, 7, 4)):  # a different number of answer tokens in each row
+        mask[b, start:] = True
+    mask[1, 8] = False  # and not always a suffix
+    return logits, tokens, mask
+
+
+def _masked(nll: Tensor, weights: Tensor) -> float:
+    return ((nll * weights).sum() / weights.sum()).item()
+
+
+def masked_loss_test(masked_lm_loss) -> None:
+    """Checks `masked_lm_loss(logits, tokens, loss_mask) -> scalar`: the next-token loss over masked tokens only."""
+    name = getattr(masked_lm_loss, "__name__", "masked_lm_loss")
+    if not callable(masked_lm_loss):
+        fail(f"Expected the loss function itself, got {type(masked_lm_loss).__name__}.")
+    for seed in (0, 1):
+        logits, tokens, mask = _masked_inputs(seed)
+        leaf = logits.clone().requires_grad_(True)
+        tokens_in, mask_in = tokens.clone(), mask.clone()
+        out = _scalar_loss(
+            call(masked_lm_loss, leaf, tokens_in, mask_in, what=f"{name}(logits, tokens, loss_mask)"), name
+        )
+        assert_unchanged(logits, leaf.detach(), name)
+        assert_unchanged(tokens, tokens_in, name)
+        assert_unchanged(mask, mask_in, name)
+        nll = _nll(logits, tokens)
+        target = mask[:, 1:].double()
+        expected = _masked(nll, target)
+        value = out.item()
+        if not _close(value, expected):
+            per_row = ((nll * target).sum(1) / target.sum(1)).mean().item()
+            hint = _first_match(
+                value,
+                [
+                    (
+                        _masked(nll, mask[:, :-1].double()),
+                        (
+                            "The mask is not shifted with the targets: the logits at "
+                            "position i predict token i+1, so weight them by loss_mask[:, 1:]."
+                        ),
+                    ),
+                    (
+                        (nll * target).sum().item() / nll.numel(),
+                        (
+                            "It divides by every prediction: divide by the number "
+                            "of masked ones (loss_mask[:, 1:].sum())."
+                        ),
+                    ),
+                    (
+                        per_row,
+                        (
+                            "It averages each sequence first: average over all masked predictions of the batch at "
+                            "once, so that every answer token weighs the same."
+                        ),
+                    ),
+                    (_masked(nll, 1 - target), "The mask is inverted: True marks the tokens to predict."),
+                    (nll.mean().item(), "It ignores the mask: that is the plain next-token loss."),
+                    ((nll * target).sum().item(), "It is a sum: take the mean over the masked predictions."),
+                    (-expected, "It has the wrong sign."),
+                ],
+            )
+            fail(
+                f"{name} returned {value:.6f}, expected {expected:.6f}: the mean of -log p(tokens[:, i+1] | "
+                f"logits[:, i]) over the predictions whose target is masked, i.e. loss_mask[:, i+1] is True.{hint}"
+            )
+        out.backward()
+        unmasked = torch.cat(
+            [~mask[:, 1:], torch.ones_like(mask[:, :1])], dim=1
+        )  # the logits predicting no answer token
+        if leaf.grad is None or leaf.grad[unmasked].abs().max() > 0:
+            fail(f"{name}'s gradient reaches logits whose next token is not masked: they must not affect the loss.")
+    print(
+        f"{name} passed: the mean next-token loss over the masked tokens only, with rows of different answer lengths."
+    )

@@ -1,0 +1,191 @@
+"""Collect submissions and put each notebook into the canonical shape nbgrader expects.
+
+Learners save notebooks with Jupyter, JupyterLab, VS Code or Colab; each writes different metadata (Colab's
+`colab`/`accelerator`, per-cell `id`/`outputId`/`executionInfo`, widget state; VS Code's `vscode` and its own
+kernelspec) and some lose or duplicate cell ids. Normalising rebuilds every notebook as nbformat 4.5 with the
+course's kernelspec, valid unique cell ids, no outputs, and each cell's nbgrader metadata either copied from the
+released notebook (matched by grade_id) or removed:
+
+- a grade_id that appears several times: the last cell keeps it (as nbgrader would), the others are flagged;
+- an unknown grade_id or malformed nbgrader metadata: removed, flagged;
+- a graded test cell that was deleted, or lost its metadata: the course's test cell is put back after the cell
+  it followed (so the exercise is still graded by the course's test), flagged.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from instructor.course import cell_kind, cell_source, nbgrader_meta
+
+_ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+class Unreadable(Exception):
+    """A file that is not a notebook nbformat can read."""
+
+
+def read_submission(path: Path) -> dict:
+    raw = Path(path).read_bytes()
+    try:
+        nb = json.loads(raw.decode("utf-8-sig"))
+        if not isinstance(nb, dict) or not isinstance(nb.get("cells", []), list):
+            raise ValueError("no list of cells")  # noqa: TRY004 - reported as unreadable, never raised out
+        if nb.get("nbformat") != 4:  # an old format: let nbformat convert it
+            import nbformat
+
+            nb = json.loads(json.dumps(nbformat.reads(raw.decode("utf-8-sig"), as_version=4)))
+    except Exception as err:
+        raise Unreadable(f"{Path(path).name} is not a readable notebook ({type(err).__name__}: {err})"[:300]) from err
+    return nb
+
+
+def _norm(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]:
+    """(the canonical notebook, flags) for one submitted notebook; `release` is the course's learner version."""
+    flags: list[str] = []
+    release_meta = {}
+    release_cells = release["cells"]
+    for cell in release_cells:
+        meta = nbgrader_meta(cell)
+        if meta.get("grade_id"):
+            release_meta[meta["grade_id"]] = cell
+    test_by_text = {
+        _norm(cell_source(c)): nbgrader_meta(c)["grade_id"] for c in release_cells if cell_kind(c) == "test"
+    }
+
+    cells = []
+    for raw in learner.get("cells", []):
+        kind = raw.get("cell_type")
+        if kind not in ("code", "markdown", "raw"):
+            continue
+        meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+        cell = {"cell_type": kind, "metadata": {}, "source": cell_source(raw)}
+        tags = meta.get("tags")
+        if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
+            cell["metadata"]["tags"] = tags
+        if isinstance(meta.get("nbgrader"), dict):
+            cell["metadata"]["nbgrader"] = meta["nbgrader"]
+        elif "nbgrader" in meta:
+            flags.append("malformed nbgrader metadata removed")
+        cell["_id"] = raw.get("id")
+        cells.append(cell)
+
+    # nbgrader metadata: the release's, by grade_id; duplicates keep the last; unknown ones go
+    last = {}
+    for index, cell in enumerate(cells):
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if "nbgrader" in cell["metadata"] and not isinstance(grade_id, str):
+            del cell["metadata"]["nbgrader"]
+            if cell["cell_type"] == "code":
+                flags.append(f"cell {index}: nbgrader metadata without a grade_id removed")
+            continue
+        if grade_id is None:
+            continue
+        if grade_id not in release_meta:
+            del cell["metadata"]["nbgrader"]
+            flags.append(f"cell {index}: unknown grade_id {grade_id!r} removed")
+            continue
+        if grade_id in last:
+            flags.append(f"grade_id {grade_id!r} appears more than once; only the last cell keeps it")
+        last[grade_id] = index
+    for index, cell in enumerate(cells):
+        grade_id = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if grade_id is None:
+            continue
+        if last.get(grade_id) != index:
+            del cell["metadata"]["nbgrader"]
+            continue
+        source_cell = release_meta[grade_id]
+        cell["metadata"]["nbgrader"] = copy.deepcopy(source_cell["metadata"]["nbgrader"])
+        for key in ("editable", "deletable"):
+            if key in source_cell["metadata"]:
+                cell["metadata"][key] = source_cell["metadata"][key]
+        cell["cell_type"] = source_cell["cell_type"]
+
+    # test cells that lost their metadata but kept their code get it back; deleted ones are restored
+    present = {c["metadata"]["nbgrader"]["grade_id"] for c in cells if "nbgrader" in c["metadata"]}
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] == "code" and "nbgrader" not in cell["metadata"]:
+            grade_id = test_by_text.get(_norm(cell["source"]))
+            if grade_id and grade_id not in present:
+                source_cell = release_meta[grade_id]
+                cell["metadata"]["nbgrader"] = copy.deepcopy(source_cell["metadata"]["nbgrader"])
+                present.add(grade_id)
+                flags.append(f"test cell {grade_id}: nbgrader metadata was missing; restored")
+    for r_index, r_cell in enumerate(release_cells):
+        if cell_kind(r_cell) != "test":
+            continue
+        grade_id = nbgrader_meta(r_cell)["grade_id"]
+        if grade_id in present:
+            continue
+        # after the learner's cell matching the closest release cell above it
+        insert_at = len(cells)
+        for back in range(r_index - 1, -1, -1):
+            key = nbgrader_meta(release_cells[back]).get("grade_id") or (
+                "text",
+                _norm(cell_source(release_cells[back])),
+            )
+            match = [
+                i
+                for i, c in enumerate(cells)
+                if (c["metadata"].get("nbgrader", {}).get("grade_id") or ("text", _norm(c["source"]))) == key
+            ]
+            if match:
+                insert_at = match[-1] + 1
+                break
+        restored = {"cell_type": "code", "metadata": copy.deepcopy(r_cell["metadata"]), "source": cell_source(r_cell)}
+        restored["metadata"].pop("tags", None)
+        cells.insert(insert_at, restored)
+        present.add(grade_id)
+        flags.append(f"test cell {grade_id} was missing; the course's test was put back")
+
+    # valid, unique cell ids; no outputs
+    used = set()
+    out_cells = []
+    for index, cell in enumerate(cells):
+        cell_id = cell.pop("_id", None)
+        if not isinstance(cell_id, str) or not _ID_RE.match(cell_id) or cell_id in used:
+            cell_id = hashlib.sha1(f"{name}:{index}:{cell['source']}".encode()).hexdigest()[:12]
+            while cell_id in used:
+                cell_id = hashlib.sha1(cell_id.encode()).hexdigest()[:12]
+        used.add(cell_id)
+        cell["id"] = cell_id
+        if cell["cell_type"] == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+        out_cells.append(cell)
+    nb = {
+        "cells": out_cells,
+        "metadata": {
+            k: copy.deepcopy(v) for k, v in release.get("metadata", {}).items() if k in ("kernelspec", "language_info")
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    return nb, flags
+
+
+def find_notebooks(student_dir: Path, names: list[str]) -> tuple[dict[str, Path], list[str]]:
+    """The course notebooks in a student's folder (searched recursively, the shallowest wins), and notes."""
+    found: dict[str, Path] = {}
+    notes = []
+    for path in sorted(Path(student_dir).rglob("*"), key=lambda p: (len(p.parts), str(p))):
+        if not path.is_file() or ".ipynb_checkpoints" in path.parts or any(p.startswith(".") for p in path.parts[-1:]):
+            continue
+        stem = path.stem if path.suffix == ".ipynb" else None
+        if stem in names:
+            if stem in found:
+                notes.append(f"{path.relative_to(student_dir)} ignored (another {stem}.ipynb is nearer the top)")
+            else:
+                found[stem] = path
+        else:
+            notes.append(f"{path.relative_to(student_dir)} ignored (not one of the course's notebooks)")
+    return found, notes

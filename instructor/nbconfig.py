@@ -1,0 +1,127 @@
+"""nbgrader settings and the course's own nbgrader preprocessors.
+
+- `GuardedExecute`: nbgrader's `Execute` with a time budget for the whole notebook on top of the per-cell timeout,
+  and a kernel that dies (out of memory, a crash) ending the run instead of failing the notebook: the cells that
+  ran keep their outputs, the others get an error, so a submission is scored for what ran.
+- `HarmlessStderr`: nbgrader takes any stderr output in a graded test cell as a failure. The course's checks
+  raise an exception when they fail and print only to stdout, so stderr there is a warning (a
+  DeprecationWarning, a tqdm bar) and must not cost points: it is moved to stdout. An exception still fails.
+- `HideHiddenTests`: feedback shows neither the hidden test code nor its traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from time import monotonic
+
+from nbformat.notebooknode import NotebookNode
+from nbgrader import utils
+from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors.execute import Execute
+from traitlets import Integer
+
+
+def error_output(ename: str, evalue: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
+
+
+class GuardedExecute(Execute):
+    notebook_timeout = Integer(
+        300, help="Seconds for the whole notebook; cells still to run after that are not run (and fail)."
+    ).tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._deadline = monotonic() + self.notebook_timeout
+        self._cell_timeout = self.timeout
+        self._stopped = None
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            self.timeout = self._cell_timeout
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return cell, resources
+        remaining = self._deadline - monotonic()
+        if self._stopped is None and remaining <= 0:
+            self._stopped = ("NotebookTimeoutError", f"the notebook ran past its {self.notebook_timeout} s limit")
+        if self._stopped is not None:
+            cell.outputs = [error_output(*self._stopped)]
+            return cell, resources
+        self.timeout = max(1, int(min(self._cell_timeout or remaining, remaining)))
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        except Exception as err:  # noqa: BLE001 - DeadKernelError, a timeout waiting for output, a broken kernel
+            from nbclient.exceptions import DeadKernelError
+
+            if isinstance(err, DeadKernelError):
+                self._stopped = ("DeadKernelError", "the kernel died (out of memory or crashed); later cells not run")
+            else:
+                self._stopped = (type(err).__name__, f"{err}".splitlines()[0] if str(err) else "execution failed")
+            self.log.warning("Stopping execution at cell %d: %s", index, self._stopped[1])
+            cell.outputs = list(cell.get("outputs", [])) + [error_output(*self._stopped)]
+            return cell, self.resources
+        finally:
+            self.timeout = self._cell_timeout
+
+
+class HarmlessStderr(NbGraderPreprocessor):
+    """In graded test cells, stderr becomes stdout: only an exception fails a test."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        if cell.cell_type == "code" and utils.is_grade(cell) and not utils.is_solution(cell):
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                    output["name"] = "stdout"
+        return cell, resources
+
+
+class HideHiddenTests(NbGraderPreprocessor):
+    """Feedback without hidden tests: their code is cut out and a failure shows only the exception's message."""
+
+    begin = "BEGIN HIDDEN TESTS"
+    end = "END HIDDEN TESTS"
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        if cell.cell_type != "code" or self.begin not in cell.source:
+            return cell, resources
+        cell.source = re.sub(
+            rf"[^\n]*{self.begin}.*?{self.end}[^\n]*\n?", "# (hidden tests)\n", cell.source, flags=re.DOTALL
+        )
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+        return cell, resources
+
+
+def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300) -> None:
+    """Apply the course's nbgrader settings to a traitlets config `c` (also used by nbgrader_config.py)."""
+    from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import (
+        AssignLatePenalties,
+        CheckCellMetadata,
+        ClearOutput,
+        GetGrades,
+        IgnorePattern,
+        LimitOutput,
+        SaveAutoGrades,
+    )
+
+    c.Execute.timeout = cell_timeout
+    c.Execute.interrupt_on_timeout = True
+    c.GuardedExecute.notebook_timeout = notebook_timeout
+    c.Autograde.autograde_preprocessors = [
+        GuardedExecute,
+        IgnorePattern,
+        ClearMetadataPreprocessor,
+        LimitOutput,
+        HarmlessStderr,
+        SaveAutoGrades,
+        AssignLatePenalties,
+        CheckCellMetadata,
+    ]
+    c.Validator.preprocessors = [ClearOutput, GuardedExecute, HarmlessStderr]
+    c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+    # Learners cannot add files next to their notebooks that the kernel would import (harness.py, torch.py):
+    # only the notebooks are collected, and nothing else is copied in from the source folder.
+    c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]

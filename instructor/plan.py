@@ -1,0 +1,515 @@
+"""Static half of the clean re-check: which code of a submission runs, in which order, and what is refused.
+
+The re-check re-runs a notebook's graded tests in a fresh interpreter, with the instructor's own code for every
+cell that is not an exercise, the learner's *definitions* (imports, functions, classes, plain assignments) for the
+exercises and for cells they added, and the course's test cells. This module builds that plan from the solution
+notebook and the learner's (normalised) notebook without running anything:
+
+- learner cells are reduced to definitions: top-level statements that do something (calls, `torch.x = ...`,
+  loops, `del`) are dropped, so a patch made at top level never reaches the re-check;
+- learner code is scanned for constructs a solution never needs and that could reach the grader or the
+  reference: frame and garbage-collector introspection, `exec`/`eval`/`compile`, `globals()`, imports of
+  `sys`/`inspect`/`gc`/`ctypes`/`transformer_lens`/harness internals, `harness.components`, `__code__`,
+  `__globals__`, `__subclasses__` ... A solution cell using one scores 0 for that exercise; a cell the learner
+  added that uses one is left out of the re-check;
+- given cells that the tests do not need (plots, prints) are left out to save time (backward slicing on names).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+
+from instructor.course import cell_kind, cell_source, nbgrader_meta
+
+FORBIDDEN_MODULES = {
+    "builtins",
+    "code",
+    "codeop",
+    "ctypes",
+    "dis",
+    "gc",
+    "importlib",
+    "inspect",
+    "marshal",
+    "multiprocessing",
+    "os",
+    "pdb",
+    "bdb",
+    "pickle",
+    "shutil",
+    "signal",
+    "socket",
+    "subprocess",
+    "sys",
+    "threading",
+    "_thread",
+    "traceback",
+    "types",
+    "weakref",
+    "atexit",
+    "faulthandler",
+    "tracemalloc",
+    "transformer_lens",
+    "instructor",
+    "nbgrader",
+    "pathlib",
+    "io",
+    "unittest",
+    "pytest",
+    "cffi",
+}
+# What a learner may import from harness in their own code; the checks, the reference model and the course's own
+# components are off limits.
+ALLOWED_HARNESS_NAMES = {"Config", "gpt2_encoding", "gpt2_tokenizer"}
+FORBIDDEN_NAMES = {
+    "exec",
+    "eval",
+    "compile",
+    "__import__",
+    "globals",
+    "locals",
+    "vars",
+    "breakpoint",
+    "open",
+    "input",
+    "__builtins__",
+    "__builtin__",
+    "__loader__",
+    "__spec__",
+    "get_ipython",
+    "components",
+    "load_reference_gpt2",
+    "component_source",
+    "harness",
+    "delattr",
+}
+FORBIDDEN_ATTRS = {
+    # frames, code objects and the garbage collector's view of other objects
+    "f_back",
+    "f_locals",
+    "f_globals",
+    "f_code",
+    "f_builtins",
+    "f_trace",
+    "tb_frame",
+    "tb_next",
+    "gi_frame",
+    "gi_code",
+    "cr_frame",
+    "cr_code",
+    "ag_frame",
+    "ag_code",
+    "_getframe",
+    "currentframe",
+    "__code__",
+    "__globals__",
+    "__closure__",
+    "__func__",
+    "__self__",
+    "__builtins__",
+    "__subclasses__",
+    "__bases__",
+    "__base__",
+    "__mro__",
+    "__dict__",
+    "__class__",
+    "__wrapped__",
+    "__getattribute__",
+    "__setattr__",
+    "__delattr__",
+    "__import__",
+    "__loader__",
+    "__spec__",
+    "__torch_function__",
+    "__torch_dispatch__",
+    "__init_subclass__",
+    # ways to modules that are off limits (torch.sys, np.os ...)
+    "sys",
+    "os",
+    "gc",
+    "inspect",
+    "ctypes",
+    "builtins",
+    "importlib",
+    "traceback",
+    "types",
+    "subprocess",
+    "_C",
+    # the course's own answers and the grader
+    "components",
+    "component_source",
+    "load_reference_gpt2",
+    "course",
+    "checks",
+    "_assertions",
+    "_loaded",
+    "reference",
+    "harness",
+    "transformer_lens",
+    # hooks (on the reference model or on every module) and storage tricks
+    "register_forward_hook",
+    "register_forward_pre_hook",
+    "register_module_forward_hook",
+    "register_module_forward_pre_hook",
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "add_hook",
+    "add_perma_hook",
+    "hooks",
+    "set_",
+    "untyped_storage",
+    "storage",
+    "data_ptr",
+}
+ALLOWED_SELF_DUNDERS = {"__class__", "__dict__"}  # self.__class__.__name__ and the like are harmless reads
+
+
+_SUSPICIOUS_STRING = re.compile(r"__(code|globals|closure|builtins|subclasses|dict|class|bases|mro)__|f_back|f_locals")
+
+
+class Finding(str):
+    """A refused construct, as a message naming the line."""
+
+
+def ipython_to_python(source: str) -> str:
+    """Cell source as plain Python (`%magic` and `!shell` lines become `get_ipython()` calls)."""
+    if not re.search(r"^\s*[%!]|\?\s*$", source, flags=re.MULTILINE):
+        return source
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call, ast.Starred)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_self_access(node: ast.Attribute) -> bool:
+    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+
+
+def scan(tree: ast.AST) -> list[Finding]:
+    """Refused constructs anywhere in `tree`."""
+    findings = []
+
+    def add(node, what):
+        findings.append(Finding(f"line {getattr(node, 'lineno', '?')}: {what}"))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in FORBIDDEN_MODULES or alias.name.split(".")[0] == "harness":
+                    add(node, f"`import {alias.name}` (not allowed in exercise code)")
+        elif isinstance(node, ast.ImportFrom):
+            module = (node.module or "").split(".")[0]
+            if node.level or module in FORBIDDEN_MODULES:
+                add(node, f"`from {'.' * node.level}{node.module or ''} import ...` (not allowed in exercise code)")
+            elif module == "harness":
+                bad = [a.name for a in node.names if node.module != "harness" or a.name not in ALLOWED_HARNESS_NAMES]
+                if bad:
+                    add(
+                        node,
+                        f"`from {node.module} import {', '.join(bad)}` (only {sorted(ALLOWED_HARNESS_NAMES)} "
+                        "may be imported from harness in exercise code)",
+                    )
+        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            add(node, f"`{node.id}` (not allowed in exercise code)")
+        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS:
+            if not (node.attr in ALLOWED_SELF_DUNDERS and _is_self_access(node) and isinstance(node.ctx, ast.Load)):
+                add(node, f"`.{node.attr}` (not allowed in exercise code)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            on_self = node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")
+            if not on_self:
+                add(node, "`setattr` on something other than self (not allowed in exercise code)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SUSPICIOUS_STRING.search(node.value):
+            add(node, f"the string {node.value[:40]!r} (looks like a way around the checks)")
+    return findings
+
+
+def _is_name_target(target: ast.AST) -> bool:
+    if isinstance(target, ast.Name):
+        return True
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return all(_is_name_target(t) for t in target.elts)
+    return False
+
+
+def definitions_only(tree: ast.Module) -> tuple[ast.Module, list[str]]:
+    """`tree` with only imports, function/class definitions and assignments to plain names; and what was dropped."""
+    kept, dropped = [], []
+    for stmt in tree.body:
+        keep = isinstance(
+            stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass)
+        )
+        keep |= isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets)
+        keep |= isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+        keep |= isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        (kept if keep else dropped).append(stmt)
+    notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
+    return ast.Module(body=kept, type_ignores=[]), notes
+
+
+def defined_names(tree: ast.Module) -> list[str]:
+    """Top-level names a cell defines with def/class (an exercise's names: LayerNorm, gelu_new, ...)."""
+    return [s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+
+
+_BUILTINS = set(dir(builtins))
+
+
+def binds_and_uses(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """Names a cell binds or mutates at top level, and every name it reads (function bodies included)."""
+    binds, uses = set(), set()
+
+    def target_roots(target):
+        if isinstance(target, ast.Name):
+            binds.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                target_roots(t)
+        elif isinstance(target, ast.Starred):
+            target_roots(target.value)
+        else:
+            root = _root_name(target)
+            if root:
+                binds.add(root)
+
+    def top(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                binds.add(stmt.name)
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                for alias in stmt.names:
+                    binds.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(stmt, ast.Assign):
+                for t in stmt.targets:
+                    target_roots(t)
+            elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+                target_roots(stmt.target)
+            elif isinstance(stmt, ast.Delete):
+                for t in stmt.targets:
+                    target_roots(t)
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                func = stmt.value.func
+                if isinstance(func, ast.Attribute):  # model.load_state_dict(...), torch.manual_seed(...)
+                    root = _root_name(func)
+                    if root:
+                        binds.add(root)
+            elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+                target_roots(stmt.target)
+                top(stmt.body)
+                top(stmt.orelse)
+            elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+                for item in stmt.items:
+                    if item.optional_vars is not None:
+                        target_roots(item.optional_vars)
+                top(stmt.body)
+            elif isinstance(stmt, (ast.If, ast.While)):
+                top(stmt.body)
+                top(stmt.orelse)
+            elif isinstance(stmt, ast.Try):
+                top(stmt.body)
+                for handler in stmt.handlers:
+                    if handler.name:
+                        binds.add(handler.name)
+                    top(handler.body)
+                top(stmt.orelse)
+                top(stmt.finalbody)
+
+    top(tree.body)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            uses.add(node.id)
+    return binds - _BUILTINS, uses - _BUILTINS
+
+
+def _only_definitions(tree: ast.Module) -> bool:
+    return all(
+        isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass))
+        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+        for s in tree.body
+    )
+
+
+def _norm(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], slice_given: bool = True) -> dict:
+    """The re-check plan for one submitted notebook (JSON-serialisable)."""
+    notes: list[str] = []
+    src_cells = source_nb["cells"]
+    # --- the instructor's notebook: given cells, exercises, tests
+    given_by_text = {}
+    solutions, tests = {}, {}
+    exercise = None
+    for index, cell in enumerate(src_cells):
+        kind = cell_kind(cell)
+        if kind == "markdown":
+            continue
+        meta = nbgrader_meta(cell)
+        text = ipython_to_python(cell_source(cell))
+        if kind == "given":
+            given_by_text.setdefault(_norm(cell_source(cell)), index)
+        elif kind == "solution":
+            exercise = meta["grade_id"]
+            tree = ast.parse(text)
+            solutions[exercise] = {
+                "index": index,
+                "names": defined_names(tree),
+                "top_level_code": not _only_definitions(tree),
+                "uses": sorted(binds_and_uses(tree)[1]),
+            }
+        elif kind == "test":
+            tests[meta["grade_id"]] = {"index": index, "exercise": exercise, "points": float(meta.get("points", 0))}
+    test_texts = {_norm(cell_source(src_cells[t["index"]])) for t in tests.values()}
+    exercise_names = sorted({n for s in solutions.values() for n in s["names"]})
+
+    # --- the learner's notebook: which cell is which
+    learner_for = {}  # exercise grade_id -> learner cell index
+    added = []  # (anchor source index, learner index)
+    mapped = {}  # learner index -> source index
+    for index, cell in enumerate(learner_nb["cells"]):
+        if cell.get("cell_type") != "code":
+            continue
+        meta = nbgrader_meta(cell)
+        grade_id = meta.get("grade_id")
+        if grade_id in solutions and meta.get("solution"):
+            learner_for[grade_id] = index  # the last one wins, as in nbgrader
+            mapped[index] = solutions[grade_id]["index"]
+        elif grade_id in tests or _norm(cell_source(cell)) in test_texts:
+            mapped[index] = tests[grade_id]["index"] if grade_id in tests else None
+        elif _norm(cell_source(cell)) in given_by_text:
+            mapped[index] = given_by_text[_norm(cell_source(cell))]
+    for ex, sol in solutions.items():
+        if ex in learner_for:
+            continue
+        # nbgrader metadata gone (stripped, or the code pasted into a new cell): find the exercise by its names
+        for index, cell in enumerate(learner_nb["cells"]):
+            if cell.get("cell_type") != "code" or index in mapped:
+                continue
+            try:
+                names = defined_names(ast.parse(ipython_to_python(cell_source(cell))))
+            except SyntaxError:
+                continue
+            if sol["names"] and set(sol["names"]) <= set(names):
+                learner_for[ex] = index
+        if ex in learner_for:
+            mapped[learner_for[ex]] = sol["index"]
+            notes.append(f"exercise {ex}: found by name in cell {learner_for[ex]} (its nbgrader metadata is missing)")
+        else:
+            notes.append(f"exercise {ex}: no cell defines {', '.join(sol['names']) or 'it'}")
+    anchor = -1
+    for index, cell in enumerate(learner_nb["cells"]):
+        if cell.get("cell_type") != "code":
+            continue
+        if index in mapped:
+            if mapped[index] is not None:
+                anchor = mapped[index]
+            continue
+        added.append((anchor, index))
+
+    # --- steps in the instructor's order, learner cells slotted in
+    steps = []
+
+    def learner_step(learner_index: int, ex: str | None):
+        text = cell_source(learner_nb["cells"][learner_index])
+        filename = f"<learner {name} cell {learner_index}>"
+        step = {
+            "kind": "learner",
+            "cell": learner_index,
+            "exercise": ex,
+            "filename": filename,
+            "code": "",
+            "findings": [],
+            "dropped": [],
+        }
+        try:
+            tree = ast.parse(ipython_to_python(text))
+        except SyntaxError as err:
+            step["error"] = f"SyntaxError: {err.msg} (line {err.lineno})"
+            return step
+        keep_all = ex is not None and solutions[ex]["top_level_code"]
+        if not keep_all:
+            tree, step["dropped"] = definitions_only(tree)
+        step["findings"] = list(scan(tree))
+        step["code"] = ast.unparse(tree)
+        _, step["uses"] = binds_and_uses(tree)
+        step["binds"] = sorted(binds_and_uses(tree)[0])
+        step["uses"] = sorted(step["uses"])
+        return step
+
+    for index, cell in enumerate(src_cells):
+        kind = cell_kind(cell)
+        if kind == "given":
+            text = ipython_to_python(cell_source(cell))
+            tree = ast.parse(text)
+            binds, uses = binds_and_uses(tree)
+            steps.append(
+                {
+                    "kind": "given",
+                    "cell": index,
+                    "code": text,
+                    "filename": f"<given {name} cell {index}>",
+                    "binds": sorted(binds),
+                    "uses": sorted(uses),
+                    "definitions": _only_definitions(tree),
+                }
+            )
+        elif kind == "solution":
+            ex = nbgrader_meta(cell)["grade_id"]
+            if ex in learner_for:
+                steps.append(learner_step(learner_for[ex], ex))
+        elif kind == "test":
+            grade_id = nbgrader_meta(cell)["grade_id"]
+            text = ipython_to_python(cell_source(cell))
+            _, uses = binds_and_uses(ast.parse(text))
+            steps.append(
+                {
+                    "kind": "test",
+                    "cell": index,
+                    "grade_id": grade_id,
+                    "code": text,
+                    "filename": f"<test {name} {grade_id}>",
+                    "exercise": tests[grade_id]["exercise"],
+                    "points": tests[grade_id]["points"],
+                    "uses": sorted(uses),
+                    "exercise_names": sorted(uses & set(exercise_names)),
+                }
+            )
+        for anchor_index, learner_index in added:
+            if anchor_index == index:
+                steps.append(learner_step(learner_index, None))
+    if any(a == -1 for a, _ in added):
+        first = [learner_step(i, None) for a, i in added if a == -1]
+        steps = first + steps
+
+    # --- given cells the tests do not need are skipped
+    if slice_given:
+        needed = set()
+        for step in reversed(steps):
+            if step["kind"] == "given":
+                if step["definitions"] or needed & set(step["binds"]):
+                    needed |= set(step["uses"])
+                else:
+                    step["skip"] = True
+            else:
+                needed |= set(step.get("uses", []))
+                needed |= set(step.get("binds", []))  # a learner rebinding a given name needs the given one
+    protected = sorted({b for s in steps if s["kind"] == "given" for b in s["binds"]} - set(exercise_names))
+    return {
+        "notebook": name,
+        "order": order,
+        "steps": steps,
+        "tests": tests,
+        "solutions": {
+            k: {"names": v["names"], "uses": v["uses"], "found": k in learner_for} for k, v in solutions.items()
+        },
+        "exercise_names": exercise_names,
+        "protected": protected,
+        "notes": notes,
+    }

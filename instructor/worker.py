@@ -1,0 +1,190 @@
+"""One nbgrader grading process with its own course directory and gradebook (started by `instructor.grade`).
+
+nbgrader grades one submission at a time, so `instructor.grade` runs several of these side by side, each on a
+copy of the course's gradebook, and merges their grades at the end. Requests and replies are JSON lines on
+stdin/stdout; everything else the process prints goes to stderr (the worker's log).
+
+    {"op": "autograde", "student": ..., "notebook": ..., "path": normalised submission}
+    {"op": "finalize", "student": ..., "notebook": ..., "overrides": {test_grade_id: {"score", "comment"}},
+     "comments": {solution_grade_id: text}, "flagged": bool, "feedback": bool}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import traceback
+from pathlib import Path
+
+
+def _protocol_stream():
+    """A private copy of stdout for replies; fd 1 then points at stderr so stray prints cannot corrupt them."""
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(fd, "w", buffering=1)
+
+
+STOP_ERRORS = ("NotebookTimeoutError", "DeadKernelError", "CellTimeoutError")
+
+
+class Worker:
+    def __init__(self, root: Path, cell_timeout: int, notebook_timeout: int):
+        from nbgrader.apps import NbGraderAPI
+
+        from instructor.course import nbgrader_config
+
+        self.root = Path(root)
+        self.api = NbGraderAPI(config=nbgrader_config(cell_timeout, notebook_timeout, self.root))
+        self.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
+
+    def _paths(self, student: str, notebook: str, folder: str) -> Path:
+        return self.root / folder / student / notebook
+
+    def autograde(self, student: str, notebook: str, path: str) -> dict:
+        from nbgrader.api import Gradebook
+
+        submitted = self._paths(student, notebook, "submitted")
+        for folder in ("submitted", "autograded", "feedback"):
+            shutil.rmtree(self._paths(student, notebook, folder), ignore_errors=True)
+        submitted.mkdir(parents=True)
+        shutil.copyfile(path, submitted / f"{notebook}.ipynb")
+        result = self.api.autograde(notebook, student, force=True, create=True)
+        reply = {"success": bool(result.get("success")), "log": (result.get("log") or "")[-4000:]}
+        if result.get("error"):
+            reply["error"] = str(result["error"])[-2000:]
+        autograded = self._paths(student, notebook, "autograded") / f"{notebook}.ipynb"
+        errors, stopped = {}, []
+        if autograded.exists():
+            nb = json.loads(autograded.read_text(encoding="utf-8"))
+            for cell in nb["cells"]:
+                grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                for output in cell.get("outputs", []):
+                    if output.get("output_type") != "error":
+                        continue
+                    message = f"{output.get('ename')}: {output.get('evalue', '')}"[:500]
+                    if grade_id:
+                        errors[grade_id] = message
+                    if output.get("ename") in STOP_ERRORS and message not in stopped:
+                        stopped.append(message)
+        reply["stopped"] = stopped
+        reply["autograded"] = autograded.exists()
+        grades = {}
+        with Gradebook(self.db_url) as gb:
+            try:
+                sub = gb.find_submission_notebook(notebook, notebook, student)
+            except Exception:  # noqa: BLE001 - no submission row: no grades
+                sub = None
+            if sub is not None:
+                for grade in sub.grades:
+                    if grade.cell.cell_type == "code" and not grade.cell.name.startswith("_"):
+                        grades[grade.cell.name] = {"auto_score": grade.auto_score, "max_score": grade.max_score}
+        reply["grades"] = grades
+        reply["errors"] = errors
+        return reply
+
+    def finalize(
+        self, student: str, notebook: str, overrides: dict, comments: dict, flagged: bool, feedback: bool
+    ) -> dict:
+        from nbgrader.api import Gradebook, MissingEntry
+
+        with Gradebook(self.db_url) as gb:
+            gb.update_or_create_student(student)
+            gb.update_or_create_submission(notebook, student)
+            sub = gb.find_submission_notebook(notebook, notebook, student)
+            sub.flagged = bool(flagged)
+            for grade_id, override in overrides.items():
+                try:
+                    grade = gb.find_grade(grade_id, notebook, notebook, student)
+                except MissingEntry:
+                    continue
+                grade.manual_score = override.get("score")
+                grade.needs_manual_grade = False
+            for grade_id, text in comments.items():
+                try:
+                    comment = gb.find_comment(grade_id, notebook, notebook, student)
+                except MissingEntry:
+                    continue
+                comment.manual_comment = text
+            gb.db.commit()
+            sub = gb.find_submission_notebook(notebook, notebook, student)
+            grades = {
+                g.cell.name: {
+                    "auto_score": g.auto_score,
+                    "manual_score": g.manual_score,
+                    "score": g.score,
+                    "max_score": g.max_score,
+                }
+                for g in sub.grades
+            }
+        reply = {"success": True, "grades": grades, "feedback": None}
+        autograded = self._paths(student, notebook, "autograded") / f"{notebook}.ipynb"
+        if feedback and autograded.exists():
+            result = self.api.generate_feedback(notebook, student, force=True)
+            html = self._paths(student, notebook, "feedback") / f"{notebook}.html"
+            if result.get("success") and html.exists():
+                reply["feedback"] = str(html)
+            else:
+                reply["feedback_error"] = (result.get("log") or "")[-2000:]
+        return reply
+
+    def merge(self, db_path: str, records: list[dict]) -> dict:
+        """Write final grades into another gradebook (the course's master one): one record per notebook."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        with Gradebook(f"sqlite:///{db_path}") as gb:
+            for record in records:
+                student, notebook = record["student"], record["notebook"]
+                gb.update_or_create_student(student)
+                gb.update_or_create_submission(notebook, student)
+                sub = gb.find_submission_notebook(notebook, notebook, student)
+                sub.flagged = bool(record.get("flagged"))
+                for grade_id, grade in record["grades"].items():
+                    try:
+                        row = gb.find_grade(grade_id, notebook, notebook, student)
+                    except MissingEntry:
+                        continue
+                    row.auto_score = grade.get("auto_score")
+                    row.manual_score = grade.get("manual_score")
+                    row.needs_manual_grade = False
+                for grade_id, text in record.get("comments", {}).items():
+                    try:
+                        gb.find_comment(grade_id, notebook, notebook, student).manual_comment = text
+                    except MissingEntry:
+                        continue
+                gb.db.commit()
+        return {"success": True}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m instructor.worker")
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--cell-timeout", type=int, default=60)
+    parser.add_argument("--notebook-timeout", type=int, default=300)
+    parser.add_argument("--memory-gb", type=float, default=0, help="data-segment limit inherited by the kernels")
+    args = parser.parse_args(argv)
+    out = _protocol_stream()
+    if args.memory_gb > 0:
+        limit = int(args.memory_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    worker = Worker(args.root, args.cell_timeout, args.notebook_timeout)
+    out.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        try:
+            op = request.pop("op")
+            reply = getattr(worker, op)(**request)
+        except Exception:  # noqa: BLE001 - reported to the grader, which carries on
+            reply = {"success": False, "error": traceback.format_exc()[-3000:]}
+        out.write(json.dumps(reply) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,532 @@
+"""End-to-end tests of `python -m instructor.grade`: scores, tampering, hangs, broken and foreign notebooks.
+
+One batch is graded for the whole module (one student folder per scenario, on 01_layernorm and 02_embeddings,
+the two simplest notebooks), then each test checks its student's rows. Scenarios are built from the current
+solution notebooks and the learner notebooks nbgrader generates from them, so they follow the course as it
+changes. A few fast unit tests of the static scan and the normaliser come first.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from instructor.collect import normalise
+from instructor.course import REPO_ROOT, cell_source, nbgrader_meta, notebook_names, read_json
+from instructor.grade import prepare_course
+from instructor.plan import build_plan, definitions_only, scan
+
+LN, EMB = "01_layernorm", "02_embeddings"
+CELL_TIMEOUT = 40
+
+
+# ---------------------------------------------------------------------- notebook surgery
+def solution(name: str) -> dict:
+    return read_json(REPO_ROOT / "solutions" / f"{name}.ipynb")
+
+
+def index_of(nb: dict, grade_id: str) -> int:
+    return next(i for i, c in enumerate(nb["cells"]) if nbgrader_meta(c).get("grade_id") == grade_id)
+
+
+def set_source(nb: dict, grade_id: str, source: str) -> dict:
+    nb["cells"][index_of(nb, grade_id)]["source"] = source
+    return nb
+
+
+def solve(nb: dict, name: str, *exercises: str) -> dict:
+    """The learner's notebook with these exercises solved (the solution notebook's code)."""
+    sol = solution(name)
+    for ex in exercises:
+        set_source(nb, ex, cell_source(sol["cells"][index_of(sol, ex)]))
+    return nb
+
+
+def code_cell(source: str, metadata: dict | None = None) -> dict:
+    return {"cell_type": "code", "execution_count": None, "metadata": metadata or {}, "outputs": [], "source": source}
+
+
+def insert_before(nb: dict, grade_id: str, source: str) -> dict:
+    nb["cells"].insert(index_of(nb, grade_id), code_cell(source))
+    return nb
+
+
+def insert_after(nb: dict, grade_id: str, source: str) -> dict:
+    nb["cells"].insert(index_of(nb, grade_id) + 1, code_cell(source))
+    return nb
+
+
+def strip_nbgrader(nb: dict) -> dict:
+    for cell in nb["cells"]:
+        cell["metadata"].pop("nbgrader", None)
+        cell["metadata"].pop("editable", None)
+        cell["metadata"].pop("deletable", None)
+    return nb
+
+
+def as_colab(nb: dict) -> dict:
+    """Saved by Google Colab: nbformat 4.0 without cell ids, Colab metadata, outputs, widget state."""
+    nb = copy.deepcopy(nb)
+    nb["nbformat_minor"] = 0
+    nb["metadata"] = {
+        "colab": {"provenance": [], "collapsed_sections": []},
+        "kernelspec": {"name": "python3", "display_name": "Python 3"},
+        "language_info": {"name": "python"},
+        "accelerator": "GPU",
+        "widgets": {
+            "application/vnd.jupyter.widget-state+json": {
+                "4f1e": {
+                    "model_module": "@jupyter-widgets/controls",
+                    "model_name": "HBoxModel",
+                    "model_module_version": "1.5.0",
+                    "state": {"children": []},
+                }
+            }
+        },
+    }
+    for i, cell in enumerate(nb["cells"]):
+        cell.pop("id", None)
+        cell["metadata"]["id"] = f"Xy{i:04d}ab"
+        cell["source"] = cell_source(cell).splitlines(True)
+        if cell["cell_type"] == "code":
+            cell["metadata"]["colab"] = {"base_uri": "https://localhost:8080/"}
+            cell["metadata"]["outputId"] = f"{i:08x}-0000"
+            cell["execution_count"] = i + 1
+            cell["outputs"] = [
+                {"output_type": "stream", "name": "stdout", "text": ["ran on Colab\n"]},
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {
+                        "application/vnd.jupyter.widget-view+json": {
+                            "model_id": "4f1e",
+                            "version_major": 2,
+                            "version_minor": 0,
+                        },
+                        "text/plain": ["HBox(children=())"],
+                    },
+                },
+            ]
+    return nb
+
+
+def as_vscode(nb: dict) -> dict:
+    """Saved by VS Code: its own kernelspec and interpreter metadata, outputs and execution counts."""
+    nb = copy.deepcopy(nb)
+    nb["metadata"] = {
+        "kernelspec": {"display_name": ".venv (Python 3.11.7)", "language": "python", "name": "python3"},
+        "language_info": {
+            "codemirror_mode": {"name": "ipython", "version": 3},
+            "file_extension": ".py",
+            "mimetype": "text/x-python",
+            "name": "python",
+            "nbconvert_exporter": "python",
+            "pygments_lexer": "ipython3",
+            "version": "3.11.7",
+        },
+        "vscode": {"interpreter": {"hash": "0f3c1e0b9d9c2f7b3e8a5b1d2c4e6f8a"}},
+        "orig_nbformat": 4,
+    }
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            cell["execution_count"] = i + 1
+            cell["outputs"] = [
+                {
+                    "output_type": "execute_result",
+                    "execution_count": i + 1,
+                    "metadata": {},
+                    "data": {"text/plain": ["42"]},
+                }
+            ]
+            cell["metadata"]["vscode"] = {"languageId": "python"}
+    return nb
+
+
+WRONG_LAYERNORM = """
+class LayerNorm(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        return residual * self.w + self.b  # no normalisation at all: wrong
+"""
+
+
+# ---------------------------------------------------------------------- scenarios
+def scenarios(release: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """student -> {notebook: notebook JSON}."""
+
+    def ln():
+        return copy.deepcopy(release[LN])
+
+    def emb():
+        return copy.deepcopy(release[EMB])
+
+    out = {
+        "blank": {LN: ln(), EMB: emb()},
+        "solved": {LN: solve(ln(), LN, "layernorm"), EMB: solve(emb(), EMB, "embed", "pos_embed", "sinusoidal")},
+        "partial": {EMB: solve(emb(), EMB, "embed")},
+    }
+    # a harness check redefined in the notebook
+    nb = insert_before(
+        set_source(ln(), "layernorm", WRONG_LAYERNORM),
+        "test_layernorm",
+        "def rand_float_test(*args, **kwargs):\n    print('all good')\n\n\n"
+        "def load_gpt2_test(*args, **kwargs):\n    print('all good')\n",
+    )
+    out["redefined_check"] = {LN: nb}
+    # the checks' helpers monkeypatched
+    nb = insert_before(
+        set_source(ln(), "layernorm", WRONG_LAYERNORM),
+        "test_layernorm",
+        """
+import harness._assertions as _a
+import harness.checks as _c
+for _m in (_a, _c):
+    for _n in ("fail", "assert_close", "mismatch_summary", "check_tensor", "assert_unchanged"):
+        if hasattr(_m, _n):
+            setattr(_m, _n, lambda *args, **kwargs: None)
+""",
+    )
+    out["patched_harness"] = {LN: nb}
+    # torch's comparisons and builtins patched at top level
+    nb = insert_before(
+        set_source(ln(), "layernorm", WRONG_LAYERNORM),
+        "test_layernorm",
+        """
+import builtins
+torch.allclose = lambda *args, **kwargs: True
+torch.testing.assert_close = lambda *args, **kwargs: None
+torch.isclose = lambda a, b, *args, **kwargs: torch.ones(a.shape, dtype=torch.bool)
+torch.equal = lambda *args, **kwargs: True
+torch.Tensor.any = lambda self, *args, **kwargs: torch.zeros((), dtype=torch.bool)
+builtins.any = lambda *args, **kwargs: False
+builtins.all = lambda *args, **kwargs: True
+""",
+    )
+    out["patched_torch"] = {LN: nb}
+    # the same patches hidden in the class body (they survive "definitions only")
+    body = WRONG_LAYERNORM.replace(
+        "class LayerNorm(nn.Module):\n",
+        "class LayerNorm(nn.Module):\n"
+        "    torch.Tensor.any = lambda self, *args, **kwargs: torch.zeros((), dtype=torch.bool)\n"
+        "    torch.allclose = lambda *args, **kwargs: True\n",
+    )
+    out["class_body_patch"] = {LN: set_source(ln(), "layernorm", body)}
+    # the reference model's own LayerNorm, found at run time without importing anything
+    out["reference_reach"] = {
+        LN: set_source(
+            ln(),
+            "layernorm",
+            """
+class LayerNorm(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        modules = getattr(torch, "s" + "ys").modules
+        ref = next(getattr(m, "reference") for m in list(modules.values())
+                   if type(getattr(m, "reference", None)).__name__ == "HookedTransformer")
+        theirs = type(ref.ln_final)(ref.cfg)
+        theirs.w, theirs.b, theirs.eps = self.w, self.b, self.cfg.layer_norm_eps
+        return theirs(residual)
+""",
+        )
+    }
+    # the course's own answer via harness.components: plainly, and hidden from the static scan
+    nb = set_source(emb(), "embed", 'from harness import components\n\nEmbed = components("02_embeddings").Embed\n')
+    nb = set_source(
+        nb,
+        "pos_embed",
+        """
+class PosEmbed(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.W_pos = nn.Parameter(torch.zeros((cfg.n_ctx, cfg.d_model)))
+
+    def forward(self, tokens):
+        course = getattr(getattr(torch, "s" + "ys").modules["har" + "ness"], "compo" + "nents")
+        theirs = course("02_embeddings").PosEmbed(self.cfg)
+        theirs.W_pos = self.W_pos
+        return theirs(tokens)
+""",
+    )
+    out["components"] = {EMB: solve(nb, EMB, "sinusoidal")}
+    # nbgrader's own protections: an edited test, a deleted test (solved), a duplicated grade_id
+    nb = set_source(emb(), "test_embed", "print('tests passed')")
+    nb = solve(nb, EMB, "pos_embed")
+    del nb["cells"][index_of(nb, "test_pos_embed")]
+    test_meta = copy.deepcopy(nb["cells"][index_of(nb, "test_sinusoidal")]["metadata"])
+    nb["cells"].insert(index_of(nb, "test_sinusoidal") + 1, code_cell("pass", test_meta))
+    out["nbgrader_tamper"] = {EMB: nb}
+    # metadata gone, grade_ids duplicated, but the work is there
+    nb = strip_nbgrader(solve(ln(), LN, "layernorm"))
+    out["metadata_stripped"] = {LN: nb}
+    # a hang in a tested method, a syntax error in another exercise, a huge allocation
+    nb = solve(emb(), EMB, "embed", "pos_embed", "sinusoidal")
+    pos = cell_source(nb["cells"][index_of(nb, "pos_embed")])
+    tree = ast.parse(pos)
+    hang = pos + "\n\n    def forward(self, tokens):  # noqa\n        while True:\n            pass\n"
+    assert tree  # the solution parses; the hang overrides forward
+    set_source(nb, "pos_embed", hang)
+    set_source(nb, "sinusoidal", cell_source(nb["cells"][index_of(nb, "sinusoidal")]) + "\n\ndef oops(:\n    pass\n")
+    insert_after(nb, "test_embed", "huge = torch.ones(1 << 40)  # 4 TB")
+    out["hang_syntax_memory"] = {EMB: nb}
+    # the kernel dies after the first test
+    nb = solve(emb(), EMB, "embed", "pos_embed", "sinusoidal")
+    insert_after(nb, "test_embed", "import os\nos.kill(os.getpid(), 9)")
+    out["kernel_death"] = {EMB: nb}
+    # harmless stderr in a graded test: a DeprecationWarning and a tqdm bar
+    nb = solve(ln(), LN, "layernorm")
+    text = cell_source(nb["cells"][index_of(nb, "layernorm")])
+    text = "import warnings\n\nfrom tqdm import tqdm\n\n" + text.replace(
+        "    def forward(self, residual",
+        "    def forward(self, *args, **kwargs):\n"
+        "        warnings.warn('this LayerNorm is old-fashioned', DeprecationWarning)\n"
+        "        for _ in tqdm(range(3), desc='normalising'):\n"
+        "            pass\n"
+        "        return self._forward(*args, **kwargs)\n\n"
+        "    def _forward(self, residual",
+        1,
+    )
+    out["warnings"] = {LN: set_source(nb, "layernorm", text)}
+    # saved by other tools
+    out["colab"] = {LN: as_colab(solve(ln(), LN, "layernorm"))}
+    out["vscode"] = {LN: as_vscode(solve(ln(), LN, "layernorm"))}
+    return out
+
+
+EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
+    "blank": {},
+    "solved": "all",
+    "partial": {"test_embed": "max"},
+    "redefined_check": {},
+    "patched_harness": {},
+    "patched_torch": {},
+    "class_body_patch": {},
+    "reference_reach": {},
+    "components": {"test_sinusoidal": "max"},
+    "nbgrader_tamper": {"test_pos_embed": "max"},
+    "metadata_stripped": "all",
+    "hang_syntax_memory": {"test_embed": "max"},
+    "kernel_death": {"test_embed": "max"},
+    "warnings": "all",
+    "colab": "all",
+    "vscode": "all",
+}
+TAMPERING = ["redefined_check", "patched_harness", "patched_torch", "class_body_patch", "reference_reach", "components"]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grading")
+    names = notebook_names()
+    prepare_course(root / "setup", names, CELL_TIMEOUT, 240)
+    release = {n: read_json(root / "setup" / "release" / n / f"{n}.ipynb") for n in (LN, EMB)}
+    submissions = root / "submissions"
+    for student, notebooks in scenarios(release).items():
+        (submissions / student).mkdir(parents=True)
+        for name, nb in notebooks.items():
+            (submissions / student / f"{name}.ipynb").write_text(json.dumps(nb, indent=1))
+    (submissions / "solved" / "notes.txt").write_text("an extra file, ignored")
+    (submissions / "broken").mkdir()
+    (submissions / "broken" / f"{LN}.ipynb").write_text("{ this is not json")
+    out = root / "out"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "instructor.grade",
+            str(submissions),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+            "--cell-timeout",
+            str(CELL_TIMEOUT),
+            "--notebook-timeout",
+            "240",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(out / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(out / "summary.csv", newline="") as f:
+        summary = list(csv.DictReader(f))
+    return {"out": out, "rows": rows, "summary": summary, "log": run.stderr}
+
+
+def rows_of(graded, student):
+    rows = [r for r in graded["rows"] if r["student"] == student]
+    assert rows, f"no grades for {student}:\n{graded['log'][-2000:]}"
+    return rows
+
+
+def check_expected(graded, student):
+    rows = rows_of(graded, student)
+    expected = EXPECTED[student]
+    for row in rows:
+        want = float(row["max_score"]) if expected == "all" or expected.get(row["grade_id"]) == "max" else 0.0
+        assert float(row["score"]) == want, (student, row)
+    return rows
+
+
+# ---------------------------------------------------------------------- end to end
+def test_blank_submission_scores_zero(graded):
+    rows = check_expected(graded, "blank")
+    assert {r["notebook"] for r in rows} == {LN, EMB}
+
+
+def test_solutions_get_full_marks(graded):
+    rows = check_expected(graded, "solved")
+    assert all(r["recheck"] == "passed" for r in rows), rows
+    assert {r["flags"] for r in rows} <= {"", "notes.txt ignored (not one of the course's notebooks)"}, rows
+    assert (graded["out"] / "feedback" / "solved" / f"{LN}.html").exists()
+
+
+def test_partial_submission_scores_exactly_its_solved_exercises(graded):
+    rows = check_expected(graded, "partial")
+    assert sum(float(r["score"]) for r in rows) == sum(
+        float(r["max_score"]) for r in rows if r["grade_id"] == "test_embed"
+    )
+
+
+@pytest.mark.parametrize("student", TAMPERING)
+def test_tampering_scores_zero(graded, student):
+    rows = check_expected(graded, student)
+    for row in rows:
+        if EXPECTED[student].get(row["grade_id"]) != "max":
+            assert row["recheck"] == "failed", row  # the clean re-check alone refuses it
+
+
+def test_nbgrader_restores_edited_and_deleted_tests_and_ignores_duplicates(graded):
+    rows = check_expected(graded, "nbgrader_tamper")
+    flags = rows[0]["flags"]
+    assert "test_pos_embed was missing" in flags and "appears more than once" in flags, flags
+
+
+def test_stripped_metadata_is_graded_and_flagged(graded):
+    rows = check_expected(graded, "metadata_stripped")
+    assert rows[0]["flags"], rows
+
+
+def test_hang_syntax_error_and_memory_hog_cost_only_their_exercises(graded):
+    rows = check_expected(graded, "hang_syntax_memory")
+    assert {r["grade_id"] for r in rows} == {"test_embed", "test_pos_embed", "test_sinusoidal"}
+
+
+def test_dead_kernel_is_scored_for_what_ran(graded):
+    rows = check_expected(graded, "kernel_death")
+    assert "DeadKernelError" in rows[0]["flags"], rows
+
+
+def test_warnings_on_stderr_do_not_cost_points(graded):
+    rows = check_expected(graded, "warnings")
+    autograded = graded["out"] / "course" / "autograded" / "warnings" / LN / f"{LN}.ipynb"
+    text = autograded.read_text()
+    assert "normalising" in text and "DeprecationWarning" in text  # the warnings were there, and cost nothing
+    assert all(r["nbgrader_score"] == r["max_score"] for r in rows)
+
+
+@pytest.mark.parametrize("student", ["colab", "vscode"])
+def test_notebooks_saved_by_other_tools(graded, student):
+    check_expected(graded, student)
+
+
+def test_unreadable_notebook_does_not_stop_the_batch(graded):
+    broken = [s for s in graded["summary"] if s["student"] == "broken"]
+    assert broken and broken[0]["status"] == "unreadable" and float(broken[0]["score"]) == 0
+
+
+def test_gradebook_holds_the_final_grades(graded):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{graded['out'] / 'course' / 'gradebook.db'}") as gb:
+        solved = gb.find_submission(LN, "solved")
+        cheat = gb.find_submission(LN, "redefined_check")
+        assert solved.score == solved.max_score > 0
+        assert cheat.score == 0
+
+
+# ---------------------------------------------------------------------- fast unit tests
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import inspect",
+        "from harness import components",
+        "from harness.checks import rand_float_test",
+        "import transformer_lens",
+        "x = globals()",
+        "def f():\n    return eval('1')",
+        "def f(g):\n    return g.__code__",
+        "def f():\n    import sys\n    return sys._getframe(1).f_back",
+        "def f(e):\n    return e.__traceback__.tb_frame",
+        "def f():\n    return torch.sys.modules",
+        "def f(m):\n    setattr(torch, 'allclose', m)",
+    ],
+)
+def test_static_scan_refuses(code):
+    assert scan(ast.parse(code)), code
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "class A(nn.Module):\n    def forward(self, x):\n        return torch.stack([x, x]).mean(dim=0)",
+        "def f(x):\n    return einops.rearrange(x, 'b p d -> p b d')",
+        "class A:\n    def __init__(self, cfg):\n        setattr(self, 'w', cfg)\n        print(self.__class__.__name__)",
+    ],
+)
+def test_static_scan_accepts(code):
+    assert not scan(ast.parse(code)), code
+
+
+def test_definitions_only_drops_top_level_actions():
+    tree, dropped = definitions_only(ast.parse("import torch\ntorch.allclose = None\nX = 1\nprint(X)\ndef f(): pass"))
+    assert [line for line in ast.unparse(tree).splitlines() if line] == [
+        "import torch",
+        "X = 1",
+        "def f():",
+        "    pass",
+    ]
+    assert len(dropped) == 2
+
+
+def test_plan_finds_exercises_and_slices_given_cells():
+    sol = solution(LN)
+    plan = build_plan(sol, sol, LN, notebook_names())
+    kinds = [s["kind"] for s in plan["steps"] if not s.get("skip")]
+    assert "learner" in kinds and "test" in kinds
+    assert plan["solutions"]["layernorm"]["found"]
+
+
+def test_normalise_restores_a_deleted_test_and_fixes_ids():
+    release = read_json(REPO_ROOT / "solutions" / f"{LN}.ipynb")  # stands in for the release: same metadata
+    learner = as_colab(release)
+    del learner["cells"][index_of(learner, "test_layernorm")]
+    nb, flags = normalise(learner, release, LN)
+    assert any("test_layernorm was missing" in f for f in flags)
+    ids = [c["id"] for c in nb["cells"]]
+    assert len(set(ids)) == len(ids)
+    assert nb["metadata"]["kernelspec"] == release["metadata"]["kernelspec"]
+    assert all(c.get("outputs", []) == [] for c in nb["cells"])

@@ -1,0 +1,351 @@
+"""The checks of notebook 06 pass the course's own implementations and name the usual mistakes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm  # the wrong `train`s below use it, as the notebook's does
+
+from harness import components, lm_loss_test, masked_loss_test, reversal_floor_test, train_test
+
+course = components("06_training")
+lm_cross_entropy, lr_at, evaluate, TrainingArgs = (
+    course.lm_cross_entropy,
+    course.lr_at,
+    course.evaluate,
+    course.TrainingArgs,
+)
+
+
+def assert_passes(capsys, check, *args) -> None:
+    assert check(*args) is None
+    out, err = capsys.readouterr()
+    assert err == "", f"the check wrote to stderr: {err!r}"
+    assert out.count("\n") == 1 and "passed" in out
+
+
+def assert_fails(check, *args, match: str) -> None:
+    with pytest.raises(AssertionError, match=match):
+        check(*args)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# lm_loss_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def loss_no_shift(logits, tokens):
+    return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+
+
+def loss_shift_wrong_way(logits, tokens):
+    return F.cross_entropy(logits[:, 1:].flatten(0, 1), tokens[:, :-1].flatten())
+
+
+def loss_sum(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")
+
+
+def loss_wrong_sign(logits, tokens):
+    return -F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def loss_softmax(logits, tokens):
+    return -logits[:, :-1].softmax(-1).gather(-1, tokens[:, 1:, None]).mean()
+
+
+def loss_log_of_softmax(logits, tokens):
+    return -logits[:, :-1].softmax(-1).log().gather(-1, tokens[:, 1:, None]).mean()
+
+
+def loss_item(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten()).item()
+
+
+def test_lm_loss_passes_course_implementation(capsys):
+    assert_passes(capsys, lm_loss_test, course.lm_cross_entropy)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (loss_no_shift, "same position"),
+        (loss_shift_wrong_way, "shifted the wrong way"),
+        (loss_sum, "sum over all predictions"),
+        (loss_wrong_sign, "wrong sign"),
+        (loss_softmax, "averages probabilities"),
+        (loss_log_of_softmax, "log-sum-exp"),
+        (loss_item, "no .item()"),
+    ],
+)
+def test_lm_loss_catches(wrong, match):
+    assert_fails(lm_loss_test, wrong, match=match)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# train_test: the loop around each wrong step body is the notebook's given code
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def make_train(step_body):
+    def train(model, train_windows, val_windows, args, log=print):
+        torch.manual_seed(args.seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+        history = {"step": [], "train_loss": [], "eval_step": [], "val_loss": []}
+        model.train()
+        progress = tqdm(range(args.max_steps), desc="training")
+        for step in progress:
+            loss = step_body(model, optimizer, train_windows, val_windows, step, args)
+            history["step"].append(step)
+            history["train_loss"].append(loss.item())
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if (step + 1) % args.eval_every == 0 or step + 1 == args.max_steps:
+                val_loss = evaluate(model, val_windows, args.batch_size, args.eval_batches)
+                history["eval_step"].append(step)
+                history["val_loss"].append(val_loss)
+                log(f"step {step + 1}: train loss {loss.item():.3f}, val loss {val_loss:.3f}")
+        return history
+
+    return train
+
+
+def set_lr(optimizer, lr):
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def batch_of(windows, args):
+    return windows[torch.randint(len(windows), (args.batch_size,))]
+
+
+def no_zero_grad(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
+def no_clipping(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def clip_values(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_value_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
+def clip_to_one(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
+
+
+def no_schedule(model, optimizer, train_windows, val_windows, step, args):
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
+def lr_after_step(model, optimizer, train_windows, val_windows, step, args):
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    set_lr(optimizer, lr_at(step, args))
+    return loss
+
+
+def zero_grad_before_step(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.zero_grad()
+    optimizer.step()
+    return loss
+
+
+def trains_on_validation(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(val_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
+def same_batch_every_step(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = train_windows[: args.batch_size]
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
+def no_step(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    return loss
+
+
+def unshifted_loss(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    logits = model(batch)
+    loss = F.cross_entropy(logits.flatten(0, 1), batch.flatten())
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
+def misnamed_loss(model, optimizer, train_windows, val_windows, step, args):
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    batch_loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    batch_loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss  # noqa: F821  (the learner's loop body leaves no `loss` for the code after it)
+
+
+def test_train_passes_course_implementation(capsys):
+    assert_passes(capsys, train_test, course.train, course.TrainingArgs)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (no_zero_grad, "previous step's gradients.*zero_grad"),
+        (no_clipping, "not clipped"),
+        (clip_values, "clip_grad_value_"),
+        (clip_to_one, "not clipped.*args.grad_clip"),
+        (no_schedule, "schedule was not applied"),
+        (lr_after_step, "rate of the previous step"),
+        (zero_grad_before_step, "not between backward and step"),
+        (trains_on_validation, "validation windows"),
+        (same_batch_every_step, "new random batch"),
+        (no_step, "never called optimizer.step"),
+        (unshifted_loss, "not those of this step's loss"),
+        (misnamed_loss, "name this step's loss `loss`"),
+    ],
+)
+def test_train_catches(wrong, match, capsys):
+    assert_fails(train_test, make_train(wrong), TrainingArgs, match=match)
+    assert capsys.readouterr().err == ""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# reversal_floor_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_reversal_floor_passes_course_value(capsys):
+    assert_passes(capsys, reversal_floor_test, course.reversal_loss_floor)
+    assert_passes(capsys, reversal_floor_test, course.reversal_loss_floor(16, 100))
+    assert_passes(capsys, reversal_floor_test, torch.tensor(course.reversal_loss_floor()))
+
+
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (8 / 15 * math.log(100), "counts the first token"),
+        (7 / 16 * math.log(100), "seq_len - 1 predictions"),
+        (math.log(100) / 2, "first one is never predicted"),
+        (7 / 15 * math.log2(100), "bits"),
+        (math.log(100), "average it with the determined ones"),
+        (lambda seq_len, d_vocab: 7 / 15 * math.log(d_vocab), "seq_len=8"),
+        ("2.149", "should be a number"),
+    ],
+)
+def test_reversal_floor_catches(wrong, match):
+    assert_fails(reversal_floor_test, wrong, match=match)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# masked_loss_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def next_token_nll(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+
+
+def masked_unshifted(logits, tokens, loss_mask):
+    return next_token_nll(logits, tokens)[loss_mask[:, :-1]].mean()
+
+
+def masked_over_all(logits, tokens, loss_mask):
+    return (next_token_nll(logits, tokens) * loss_mask[:, 1:]).mean()
+
+
+def masked_per_row(logits, tokens, loss_mask):
+    mask = loss_mask[:, 1:].float()
+    return ((next_token_nll(logits, tokens) * mask).sum(1) / mask.sum(1)).mean()
+
+
+def masked_ignored(logits, tokens, loss_mask):
+    return next_token_nll(logits, tokens).mean()
+
+
+def masked_inverted(logits, tokens, loss_mask):
+    return next_token_nll(logits, tokens)[~loss_mask[:, 1:]].mean()
+
+
+def test_masked_loss_passes_course_implementation(capsys):
+    assert_passes(capsys, masked_loss_test, course.masked_lm_loss)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (masked_unshifted, "not shifted"),
+        (masked_over_all, "divides by every prediction"),
+        (masked_per_row, "averages each sequence first"),
+        (masked_ignored, "ignores the mask"),
+        (masked_inverted, "inverted"),
+    ],
+)
+def test_masked_loss_catches(wrong, match):
+    assert_fails(masked_loss_test, wrong, match=match)
