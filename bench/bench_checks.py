@@ -1,0 +1,78 @@
+"""Time to load the reference, and the median time of each check with the course's implementations.
+
+    HF_HUB_OFFLINE=1 python bench/bench_checks.py [--repeat 5]
+
+Prints one line per measurement and each check's ratio to the 0.5 s goal, all measured in this run.
+"""
+
+import argparse
+import contextlib
+import io
+import statistics
+import subprocess
+import sys
+import time
+
+GOAL_S = 0.5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    # Cold load in a fresh interpreter (imports included), then the in-process load the checks use.
+    code = "import time; t = time.time(); from harness import load_reference_gpt2; load_reference_gpt2('offline'); print(time.time() - t)"
+    cold = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1])
+    print(f"load reference (fresh process, imports included): {cold:.2f} s")
+
+    from harness import components, load_gpt2_test, load_reference_gpt2, rand_float_test, rand_int_test
+
+    start = time.perf_counter()
+    reference = load_reference_gpt2("offline")
+    print(f"load reference (in process): {time.perf_counter() - start:.2f} s")
+    course = components("05_full_gpt2")
+    tokens = reference.to_tokens("It is a truth universally acknowledged, that a single man in possession")
+    _, cache = reference.run_with_cache(tokens)
+    last = reference.cfg.n_layers - 1
+    cases = {
+        "load_gpt2_test(LayerNorm)": lambda: load_gpt2_test(course.LayerNorm, reference.ln_final, cache["resid_post", last]),
+        "load_gpt2_test(Embed)": lambda: load_gpt2_test(course.Embed, reference.embed, tokens),
+        "load_gpt2_test(PosEmbed)": lambda: load_gpt2_test(course.PosEmbed, reference.pos_embed, tokens),
+        "load_gpt2_test(Attention)": lambda: load_gpt2_test(
+            course.Attention, reference.blocks[0].attn, reference.blocks[0].ln1(cache["resid_pre", 0])
+        ),
+        "load_gpt2_test(MLP)": lambda: load_gpt2_test(
+            course.MLP, reference.blocks[0].mlp, reference.blocks[0].ln2(cache["resid_mid", 0])
+        ),
+        "load_gpt2_test(TransformerBlock)": lambda: load_gpt2_test(
+            course.TransformerBlock, reference.blocks[0], cache["resid_pre", 0]
+        ),
+        "load_gpt2_test(Unembed)": lambda: load_gpt2_test(
+            course.Unembed, reference.unembed, reference.ln_final(cache["resid_post", last])
+        ),
+        "load_gpt2_test(DemoTransformer)": lambda: load_gpt2_test(course.DemoTransformer, reference, tokens),
+        "rand_float_test(LayerNorm, [2, 4, 768])": lambda: rand_float_test(course.LayerNorm, [2, 4, 768]),
+        "rand_int_test(Embed, [2, 4])": lambda: rand_int_test(course.Embed, [2, 4]),
+        "rand_int_test(PosEmbed, [2, 4])": lambda: rand_int_test(course.PosEmbed, [2, 4]),
+        "rand_float_test(Attention, [2, 4, 768])": lambda: rand_float_test(course.Attention, [2, 4, 768]),
+        "rand_float_test(MLP, [2, 4, 768])": lambda: rand_float_test(course.MLP, [2, 4, 768]),
+        "rand_float_test(TransformerBlock, [2, 4, 768])": lambda: rand_float_test(course.TransformerBlock, [2, 4, 768]),
+        "rand_float_test(Unembed, [2, 4, 768])": lambda: rand_float_test(course.Unembed, [2, 4, 768]),
+        "rand_int_test(DemoTransformer, [2, 4]) (GPT-2 small size)": lambda: rand_int_test(course.DemoTransformer, [2, 4]),
+    }
+    with contextlib.redirect_stdout(io.StringIO()):
+        cases["rand_float_test(LayerNorm, [2, 4, 768])"]()  # warm-up: first-call imports
+    for name, run in cases.items():
+        times = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            with contextlib.redirect_stdout(io.StringIO()):
+                run()
+            times.append(time.perf_counter() - start)
+        median = statistics.median(times)
+        print(f"{name}: median {median:.3f} s over {args.repeat} runs; {median / GOAL_S:.2f}x the {GOAL_S} s goal")
+
+
+if __name__ == "__main__":
+    main()

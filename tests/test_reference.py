@@ -1,0 +1,79 @@
+"""The reference GPT-2: offline loading, the fail-fast online path, and equality with transformers' forward."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from transformers import GPT2LMHeadModel
+
+import harness.reference as reference_module
+from harness import Config, load_reference_gpt2
+from harness.reference import OFFLINE_MODEL_DIR
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return load_reference_gpt2("offline")
+
+
+def test_offline_model_is_shipped_and_small():
+    size = sum(path.stat().st_size for path in OFFLINE_MODEL_DIR.glob("*.safetensors"))
+    assert 0 < size <= 20 * 2**20
+    config = json.loads((OFFLINE_MODEL_DIR / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["vocab_size"] == 50257
+    assert config["activation_function"] == "gelu_new"
+
+
+def test_raw_weights_and_logits_match_transformers(reference):
+    hf = GPT2LMHeadModel.from_pretrained(OFFLINE_MODEL_DIR, dtype="float32").eval()
+    assert torch.equal(reference.W_E, hf.transformer.wte.weight)
+    # No LayerNorm folding: the LN weights are GPT-2's own, not ones.
+    assert torch.equal(reference.blocks[0].ln1.w, hf.transformer.h[0].ln_1.weight)
+    tokens = reference.to_tokens("Friends, Romans, countrymen, lend me your ears;")
+    with torch.no_grad():
+        ours, theirs = reference(tokens), hf(tokens).logits
+    assert (ours - theirs).abs().max() < 1e-4
+
+
+def test_loaded_once_per_process(reference):
+    assert load_reference_gpt2("offline") is reference
+    assert Config.from_reference(reference).d_model == reference.cfg.d_model
+
+
+def test_auto_falls_back_offline_quickly():
+    """A fresh process with the hub marked offline decides in seconds and says so in one line on stdout."""
+    code = "import time; t = time.time(); from harness import load_reference_gpt2 as l; m = l(); print(m.cfg.model_name, round(time.time() - t, 1))"
+    start = time.time()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1", "PATH": ""}, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("Hugging Face hub unreachable: using the course's offline reference model")
+    assert lines[-1].startswith("offline-gpt2")
+    assert time.time() - start < 120
+
+
+def test_gpt2_small_fails_fast_and_clearly(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(reference_module, "_hub_cached", lambda: False)
+    start = time.time()
+    with pytest.raises(RuntimeError, match="not cached and the Hugging Face hub cannot be reached"):
+        reference_module._load("gpt2-small")
+    assert time.time() - start < 5
+
+
+def test_unreachable_hub_is_decided_by_one_short_attempt(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "https://unreachable.invalid")
+    start = time.time()
+    assert reference_module._hub_reachable(timeout=2.0) is False
+    assert time.time() - start < 5
+
+
+def test_unknown_source():
+    with pytest.raises(ValueError, match="source must be one of"):
+        load_reference_gpt2("gpt2-xl")

@@ -1,0 +1,51 @@
+"""Repository hygiene: declared dependencies agree, the README's commands are the ones CI runs, lint is clean."""
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _pyproject_dependencies() -> set[str]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {dep.replace(" ", "") for dep in data["project"]["dependencies"]}
+
+
+def _environment_pip_dependencies() -> set[str]:
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "- pip:")
+    deps = set()
+    for line in lines[start + 1 :]:
+        match = re.match(r"^\s+- (\S+)\s*$", line)
+        if not match:
+            break
+        deps.add(match.group(1))
+    return deps
+
+
+def test_environment_matches_pyproject():
+    assert _environment_pip_dependencies() == _pyproject_dependencies()
+
+
+def test_transformer_lens_pinned_to_3_9():
+    assert "transformer-lens>=3.9,<3.10" in _pyproject_dependencies()
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash course.sh test" in readme and "bash course.sh open" in readme
+    assert "bash course.sh test" in ci and "HF_HUB_OFFLINE=1" in ci
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None and not Path(sys.executable).with_name("ruff").exists(), reason="ruff not installed")
+def test_ruff_clean():
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    result = subprocess.run([ruff, "check", "harness", "instructor", "tests", "bench"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
