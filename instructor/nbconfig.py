@@ -51,15 +51,17 @@ class GuardedExecute(Execute):
         self.timeout = max(1, int(min(self._cell_timeout or remaining, remaining)))
         try:
             return super().preprocess_cell(cell, resources, index)
-        except Exception as err:  # noqa: BLE001 - DeadKernelError, a timeout waiting for output, a broken kernel
+        except Exception as err:  # noqa: BLE001 - DeadKernelError, or the kernel's messages lost in a busy machine
             from nbclient.exceptions import DeadKernelError
 
             if isinstance(err, DeadKernelError):
                 self._stopped = ("DeadKernelError", "the kernel died (out of memory or crashed); later cells not run")
+                failure = self._stopped
+                self.log.warning("Stopping execution at cell %d: %s", index, failure[1])
             else:
-                self._stopped = (type(err).__name__, f"{err}".splitlines()[0] if str(err) else "execution failed")
-            self.log.warning("Stopping execution at cell %d: %s", index, self._stopped[1])
-            cell.outputs = list(cell.get("outputs", [])) + [error_output(*self._stopped)]
+                failure = (type(err).__name__, f"{err}".splitlines()[0] if str(err) else "execution failed")
+                self.log.warning("Cell %d failed to execute: %s", index, failure[1])
+            cell.outputs = [*cell.get("outputs", []), error_output(*failure)]
             return cell, self.resources
         finally:
             self.timeout = self._cell_timeout
@@ -100,7 +102,6 @@ def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300) -> None:
     from nbgrader.preprocessors import (
         AssignLatePenalties,
         CheckCellMetadata,
-        ClearOutput,
         GetGrades,
         IgnorePattern,
         LimitOutput,
@@ -109,6 +110,11 @@ def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300) -> None:
 
     c.Execute.timeout = cell_timeout
     c.Execute.interrupt_on_timeout = True
+    # On a busy machine a kernel's output can trail its reply by seconds: wait for it, and never fail a cell for
+    # it (an error in the cell is still seen: nbgrader adds it from the reply's status).
+    c.Execute.iopub_timeout = 30
+    c.Execute.raise_on_iopub_timeout = False
+    c.Execute.startup_timeout = 180
     c.GuardedExecute.notebook_timeout = notebook_timeout
     c.Autograde.autograde_preprocessors = [
         GuardedExecute,
@@ -120,7 +126,6 @@ def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300) -> None:
         AssignLatePenalties,
         CheckCellMetadata,
     ]
-    c.Validator.preprocessors = [ClearOutput, GuardedExecute, HarmlessStderr]
     c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
     # Learners cannot add files next to their notebooks that the kernel would import (harness.py, torch.py):
     # only the notebooks are collected, and nothing else is copied in from the source folder.

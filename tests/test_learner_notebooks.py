@@ -28,15 +28,19 @@ def _validate(path: str, invert: bool) -> dict:
     """nbgrader's Validator on one notebook, in a fresh process; its results dict."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
+    from nbgrader.preprocessors import ClearOutput
     from nbgrader.validator import Validator
     from traitlets.config import Config
 
     from instructor import nbconfig
 
     c = Config()
-    nbconfig.configure(c, cell_timeout=CELL_TIMEOUT, notebook_timeout=600)
+    nbconfig.configure(c, cell_timeout=CELL_TIMEOUT, notebook_timeout=900)
     c.Validator.invert = invert
-    return Validator(config=c).validate(path)
+    validator = Validator(config=c)
+    # the grader's execution (time limits, harmless stderr); Validator.preprocessors is not configurable
+    validator.preprocessors = [ClearOutput, nbconfig.GuardedExecute, nbconfig.HarmlessStderr]
+    return validator.validate(path)
 
 
 @pytest.fixture(scope="module")

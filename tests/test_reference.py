@@ -77,3 +77,24 @@ def test_unreachable_hub_is_decided_by_one_short_attempt(monkeypatch):
 def test_unknown_source():
     with pytest.raises(ValueError, match="source must be one of"):
         load_reference_gpt2("gpt2-xl")
+
+
+def test_offline_model_beats_ngram_baselines_on_held_out_verse(reference):
+    """Recompute the shipped model's loss on held-out works and compare with n-gram models fit on the training works."""
+    from harness import components, gpt2_encoding
+
+    course = components("06_training")
+    train_works, val_works = course.split_works(course.load_shakespeare())
+    if reference.cfg.n_layers < 2:
+        pytest.skip("placeholder offline model (not yet trained)")
+    encoding = gpt2_encoding()
+    train_tokens = course.tokenize_works(train_works, encoding)
+    sonnets = course.tokenize_works({"sonnets": val_works["sonnets"]}, encoding)[:16384]
+    windows = course.make_windows(sonnets, reference.cfg.n_ctx)
+    with torch.no_grad():
+        model_loss = sum(
+            reference(windows[i : i + 8], return_type="loss").item() * len(windows[i : i + 8])
+            for i in range(0, len(windows), 8)
+        ) / len(windows)
+    baselines = course.ngram_baselines(train_tokens, sonnets)
+    assert model_loss < baselines["bigram"] < baselines["unigram"], (model_loss, baselines)
