@@ -23,7 +23,9 @@ def main() -> None:
 
     # Cold load in a fresh interpreter (imports included), then the in-process load the checks use.
     code = "import time; t = time.time(); from harness import load_reference_gpt2; load_reference_gpt2('offline'); print(time.time() - t)"
-    cold = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1])
+    cold = float(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1]
+    )
     print(f"load reference (fresh process, imports included): {cold:.2f} s")
 
     from harness import components, load_gpt2_test, load_reference_gpt2, rand_float_test, rand_int_test
@@ -36,7 +38,9 @@ def main() -> None:
     _, cache = reference.run_with_cache(tokens)
     last = reference.cfg.n_layers - 1
     cases = {
-        "load_gpt2_test(LayerNorm)": lambda: load_gpt2_test(course.LayerNorm, reference.ln_final, cache["resid_post", last]),
+        "load_gpt2_test(LayerNorm)": lambda: load_gpt2_test(
+            course.LayerNorm, reference.ln_final, cache["resid_post", last]
+        ),
         "load_gpt2_test(Embed)": lambda: load_gpt2_test(course.Embed, reference.embed, tokens),
         "load_gpt2_test(PosEmbed)": lambda: load_gpt2_test(course.PosEmbed, reference.pos_embed, tokens),
         "load_gpt2_test(Attention)": lambda: load_gpt2_test(
@@ -59,7 +63,9 @@ def main() -> None:
         "rand_float_test(MLP, [2, 4, 768])": lambda: rand_float_test(course.MLP, [2, 4, 768]),
         "rand_float_test(TransformerBlock, [2, 4, 768])": lambda: rand_float_test(course.TransformerBlock, [2, 4, 768]),
         "rand_float_test(Unembed, [2, 4, 768])": lambda: rand_float_test(course.Unembed, [2, 4, 768]),
-        "rand_int_test(DemoTransformer, [2, 4]) (GPT-2 small size)": lambda: rand_int_test(course.DemoTransformer, [2, 4]),
+        "rand_int_test(DemoTransformer, [2, 4]) (GPT-2 small size)": lambda: rand_int_test(
+            course.DemoTransformer, [2, 4]
+        ),
     }
     with contextlib.redirect_stdout(io.StringIO()):
         cases["rand_float_test(LayerNorm, [2, 4, 768])"]()  # warm-up: first-call imports

@@ -38,6 +38,7 @@ def main() -> int:
     parser.add_argument("--students", type=int, default=1, help="copies of the submission to grade in one batch")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--keep", type=Path, help="keep the output here")
+    parser.add_argument("--cold-kernels", action="store_true", help="pass --cold-kernels to the grader")
     args = parser.parse_args()
     names = notebook_names()
     tmp = Path(tempfile.mkdtemp(prefix="bench-grading-"))
@@ -55,7 +56,8 @@ def main() -> int:
         print(f"cores: {os.cpu_count()}, jobs: {args.jobs}, load average before: {loadavg()}")
         t = time.perf_counter()
         run = subprocess.run(
-            [sys.executable, "-m", "instructor.grade", str(submissions), "--out", str(out), "--jobs", str(args.jobs)],
+            [sys.executable, "-m", "instructor.grade", str(submissions), "--out", str(out), "--jobs", str(args.jobs)]
+            + (["--cold-kernels"] if args.cold_kernels else []),
             check=False,
             capture_output=True,
             text=True,

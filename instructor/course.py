@@ -118,14 +118,16 @@ def solutions_digest(names: list[str], solutions_dir: Path = SOLUTIONS_DIR) -> s
     return digest.hexdigest()[:16]
 
 
-def nbgrader_config(cell_timeout: int = 60, notebook_timeout: int = 300, root: Path | None = None):
+def nbgrader_config(
+    cell_timeout: int = 60, notebook_timeout: int = 300, root: Path | None = None, kernel_name: str | None = None
+):
     """The traitlets config nbgrader runs with, here and in the course directory's `nbgrader_config.py`."""
     from traitlets.config import Config
 
     from instructor import nbconfig
 
     c = Config()
-    nbconfig.configure(c, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout)
+    nbconfig.configure(c, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, kernel_name=kernel_name)
     if root is not None:
         c.CourseDirectory.root = str(root)
     return c

@@ -7,15 +7,19 @@ SUBMISSIONS_DIR holds one folder per student with any of the course's notebooks,
 
 - `grades.csv`: one row per student, notebook and graded test (exercise, grade_id, score, max_score, the
   nbgrader score, the re-check's verdict, flags, the reason for a failure);
-- `summary.csv`: one row per student and notebook (score, max_score, flags);
+- `summary.csv`: one row per student and notebook (score, max_score, status, flags);
 - `feedback/<student>/<notebook>.html`: nbgrader's feedback (no hidden tests), with the grader's comments;
 - `course/`: the nbgrader course directory (gradebook.db, submitted/, autograded/, feedback/, and recheck/ with
-  each re-check's plan, result and log), usable with nbgrader's own tools (`cd OUT_DIR/course; nbgrader ...`).
+  each re-check's plan, result and log), usable with nbgrader's own tools (`cd OUT_DIR/course; nbgrader ...`);
+- `logs/`: the nbgrader workers' and the template's logs.
 
 A test's points are given only if nbgrader's run of the notebook passes it AND the clean re-check passes it
 (see `instructor.recheck`). Notebooks are graded in parallel (`--jobs` nbgrader processes, each with its own copy
-of the gradebook, merged at the end). A cell that runs past `--cell-timeout` is interrupted and fails; a notebook
-past `--notebook-timeout` stops there and is scored for what ran; memory is limited per kernel (`--memory-gb`).
+of the gradebook, merged at the end). nbgrader runs each notebook in a fresh kernel forked from a warm template
+that has imported torch/TransformerLens/harness and loaded the reference model (`--cold-kernels` starts them from
+scratch instead). A cell that runs past `--cell-timeout` is interrupted and fails; a notebook past
+`--notebook-timeout` stops there and is scored for what ran; memory is limited per kernel (`--memory-gb`).
+The notebooks run in their fast mode (COURSE_FAST=1) unless the environment sets COURSE_FAST.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ import csv
 import json
 import os
 import re
+import select
 import selectors
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -48,6 +54,7 @@ from instructor.course import (
 from instructor.plan import build_plan
 
 CACHE_DIR = REPO_ROOT / "grading" / "cache"
+KERNEL_NAME = "tfs-warm-python3"
 
 
 @dataclass
@@ -66,6 +73,7 @@ class Item:
     comments: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    attempts: int = 0
 
 
 class Proc:
@@ -167,6 +175,7 @@ def prepare_course(
         (tmp / ".solutions-digest").write_text(digest)
         shutil.rmtree(cached, ignore_errors=True)
         tmp.rename(cached)
+    _prune_cache(keep=digest)
     course.mkdir(parents=True, exist_ok=True)
     for entry in ("source", "release"):
         shutil.copytree(cached / entry, course / entry, dirs_exist_ok=True)
@@ -180,6 +189,28 @@ def prepare_course(
     )
     (course / "nbgrader_config.py").write_text(text)
     marker.write_text(digest)
+
+
+def _prune_cache(keep: str, n: int = 3) -> None:
+    """Keep the course set-ups of the `n` most recent versions of the solutions."""
+    entries = sorted(
+        (p for p in CACHE_DIR.glob("*") if p.is_dir() and "." not in p.name), key=lambda p: p.stat().st_mtime
+    )
+    for old in entries[:-n]:
+        if old.name != keep:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def course_files_state() -> dict[str, tuple]:
+    """(size, mtime, inode) of the files grading trusts: a learner's kernel could write to them (run the grader
+    where they are read-only); this at least notices it."""
+    state = {}
+    for pattern in ("harness/**/*", "solutions/*.ipynb", "instructor/*.py"):
+        for path in REPO_ROOT.glob(pattern):
+            if path.is_file() and "__pycache__" not in path.parts:
+                st = path.stat()
+                state[str(path)] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return state
 
 
 def _student_id(folder: str) -> str:
@@ -197,6 +228,11 @@ class Grader:
             if unknown:
                 raise SystemExit(f"unknown notebooks: {sorted(unknown)}; the course has {self.names}")
         self.t0 = time.monotonic()
+        self.kernel_socket: str | None = None
+        self.server_restarts = 0
+        self.files_state = course_files_state()
+        self.socket_dir: str | None = None
+        self.kernels_dir = self.course / ".kernels"
         self.items: list[Item] = []
         self.skipped: list[dict] = []
         self.done = 0
@@ -274,6 +310,8 @@ class Grader:
     def env(self) -> dict:
         env = dict(os.environ)
         env.setdefault("HF_HUB_OFFLINE", "1")
+        # the notebooks' fast mode (shorter training demos); grading needs the tests, not the full demos
+        env.setdefault("COURSE_FAST", "1")
         env["TOKENIZERS_PARALLELISM"] = "false"
         env["MPLBACKEND"] = "Agg"
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -303,12 +341,39 @@ class Grader:
             "--memory-gb",
             str(self.args.memory_gb),
         ]
+        env = self.env()
+        if self.kernel_socket:
+            args += ["--kernel-name", KERNEL_NAME]
+            env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(self.kernels_dir), env.get("JUPYTER_PATH")]))
+            env["TFS_KERNEL_SOCKET"] = self.kernel_socket
+            env["TFS_KERNEL_MEMORY"] = str(int(self.args.memory_gb * (1 << 30)))
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
-        return Proc(args, self.out / "logs" / f"worker{index}.log", self.env(), f"worker{index}")
+        return Proc(args, self.out / "logs" / f"worker{index}.log", env, f"worker{index}")
 
     def start_server(self) -> Proc:
+        """The warm template: re-checks, and (unless --cold-kernels) the kernels nbgrader runs notebooks in."""
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-I", "-m", "instructor.recheck", "--serve"]
+        self.kernel_socket = None
+        if not self.args.cold_kernels:
+            if not self.socket_dir:  # short: socket paths are limited to 108 bytes
+                self.socket_dir = tempfile.mkdtemp(prefix="tfs-grade-")
+            self.kernel_socket = os.path.join(self.socket_dir, "kernels")
+            args += ["--kernel-socket", self.kernel_socket]
+            spec = self.kernels_dir / "kernels" / KERNEL_NAME
+            spec.mkdir(parents=True, exist_ok=True)
+            launcher = Path(__file__).resolve().parent / "kernel_launcher.py"
+            (spec / "kernel.json").write_text(
+                json.dumps(
+                    {
+                        "argv": [sys.executable, "-I", "-S", str(launcher), "-f", "{connection_file}"],
+                        "display_name": "Python 3 (grader, warm)",
+                        "language": "python",
+                        "interrupt_mode": "signal",
+                    },
+                    indent=1,
+                )
+            )
         env = self.env()
         env["OMP_NUM_THREADS"] = "1"
         return Proc(args, self.out / "logs" / "recheck.log", env, "recheck")
@@ -334,8 +399,8 @@ class Grader:
     def grade_all(self) -> None:
         jobs = max(1, self.args.jobs)
         n_workers = min(jobs, len(self.items))
-        workers = [self.start_worker(i) for i in range(n_workers)]
         server = self.start_server()
+        workers = [self.start_worker(i) for i in range(n_workers)]
         selector = selectors.DefaultSelector()
         for proc in [*workers, server]:
             selector.register(proc.popen.stdout, selectors.EVENT_READ, proc)
@@ -382,6 +447,7 @@ class Grader:
                         "cell_timeout": self.args.cell_timeout,
                         "notebook_timeout": self.args.notebook_timeout,
                         "memory_bytes": int(self.args.memory_gb * (1 << 30)),
+                        "protected": [str(self.out), str(Path(self.args.submissions).resolve())],
                     },
                     float("inf"),
                     None,
@@ -395,8 +461,9 @@ class Grader:
                     if reply.get("__eof__"):
                         selector.unregister(proc.popen.stdout)
                         if proc is server:
-                            raise RuntimeError(f"the re-check process stopped; see {self.out / 'logs' / 'recheck.log'}")
-                        self._worker_died(workers, proc, finalize_queue, to_grade, selector, "exited")
+                            server = self._server_died(server, running_checks, to_check, selector)
+                        else:
+                            self._worker_died(workers, proc, finalize_queue, to_grade, selector, "exited")
                         break
                     if reply.get("ready"):
                         proc.ready = True
@@ -412,6 +479,17 @@ class Grader:
                     if op == "autograde":
                         item.autograde = reply
                         item.timings["nbgrader"] = time.monotonic() - item.started
+                        state = course_files_state()
+                        if state != self.files_state:
+                            changed = sorted(
+                                k
+                                for k in state.keys() | self.files_state.keys()
+                                if state.get(k) != self.files_state.get(k)
+                            )
+                            message = f"the course's files changed while this notebook ran: {', '.join(changed[:5])}"
+                            item.flags.append(message)
+                            self.say(f"WARNING: {item.student}/{item.notebook}: {message}")
+                            self.files_state = state
                         self.remaining -= self._maybe_finish(item, finalize_queue)
                     else:
                         item.final = reply
@@ -426,10 +504,27 @@ class Grader:
             proc.close()
         server.close()
         shutil.rmtree(self.course / ".workers", ignore_errors=True)  # everything worth keeping was copied out
+        shutil.rmtree(self.kernels_dir, ignore_errors=True)
+        if self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     @staticmethod
     def _weight(name: str) -> int:
         return int(name[:2]) if name[:2].isdigit() else 0  # later notebooks run longer: start them first
+
+    def _server_died(self, server, running_checks, to_check, selector) -> Proc:
+        """Restart the template (a bug, not a learner: their code runs in its children); re-queue its checks."""
+        server.kill()
+        self.server_restarts += 1
+        self.say(f"the re-check process stopped (see {self.out / 'logs' / 'recheck.log'}); restarting it")
+        if self.server_restarts > 3:
+            raise RuntimeError("the re-check process keeps stopping; see logs/recheck.log")
+        for item in running_checks.values():
+            to_check.appendleft(item)
+        running_checks.clear()
+        new = self.start_server()
+        selector.register(new.popen.stdout, selectors.EVENT_READ, new)
+        return new
 
     def _worker_died(self, workers, proc, finalize_queue, to_grade, selector, why):
         index = workers.index(proc)
@@ -454,7 +549,14 @@ class Grader:
                 }
                 self.remaining -= self._maybe_finish(item, finalize_queue)
             else:
-                finalize_queue[index].appendleft(item)
+                item.attempts += 1
+                if item.attempts < 3:
+                    finalize_queue[index].appendleft(item)
+                else:
+                    item.flags.append(f"feedback and gradebook update failed ({why})")
+                    item.final = {"success": False}
+                    self.remaining -= 1
+                    self._progress(item)
 
     def _read_recheck(self, item: Item, reply: dict) -> dict:
         path = self.course / "recheck" / item.student / f"{item.notebook}.result.jsonl"
@@ -471,9 +573,9 @@ class Grader:
                     events.append(event)
         status = reply.get("status")
         if status == "killed":
-            events.append({"type": "note", "message": "the re-check was stopped at the notebook's time limit"})
+            item.flags.append("the re-check was stopped at the notebook's time limit")
         elif reply.get("returncode"):
-            events.append({"type": "note", "message": f"the re-check process failed (exit {reply.get('returncode')})"})
+            item.flags.append(f"the re-check process failed (exit {reply.get('returncode')}); see its log")
         item.timings["re-check"] = reply.get("wall") or 0.0
         return {"tests": tests, "events": events, "wall": reply.get("wall")}
 
@@ -588,19 +690,24 @@ class Grader:
                     "flagged": bool(item.flags),
                 }
             )
-        proc = next(p for p in workers if p.ready)
-        proc.send(
-            {"op": "merge", "db_path": str(self.course / "gradebook.db"), "records": records}, 300, ("merge", None)
-        )
+        request = {"op": "merge", "db_path": str(self.course / "gradebook.db"), "records": records}
         deadline = time.monotonic() + 300
+        proc = None
         while time.monotonic() < deadline:
-            import select
-
+            if proc is None:
+                proc = next((p for p in workers if p.ready and p.busy is None), None)
+                if proc is None:  # a restarted worker still starting: wait for its "ready"
+                    ready = select.select([p.popen.stdout for p in workers], [], [], 0.5)[0]
+                    for p in workers:
+                        if p.popen.stdout in ready and any(line.get("ready") for line in p.read_lines()):
+                            p.ready = True
+                    continue
+                proc.send(request, 300, ("merge", None))
             select.select([proc.popen.stdout], [], [], 0.5)
             lines = proc.read_lines()
             if lines:
-                if not lines[0].get("success"):
-                    self.say(f"merging into the gradebook failed: {lines[0].get('error', '')[-500:]}")
+                if lines[0].get("__eof__") or not lines[0].get("success"):
+                    self.say(f"merging into the gradebook failed: {lines[0].get('error', 'the worker stopped')[-500:]}")
                 return
         self.say("merging into the gradebook timed out")
 
@@ -675,6 +782,11 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--memory-gb", type=float, default=4.0, help="memory per kernel/re-check (default 4 GB)")
     parser.add_argument("--notebooks", nargs="+", help="grade only these notebooks (e.g. 01_layernorm)")
     parser.add_argument("--no-feedback", action="store_true", help="skip the feedback HTML")
+    parser.add_argument(
+        "--cold-kernels",
+        action="store_true",
+        help="start every kernel from scratch (python -m ipykernel_launcher) instead of forking warm ones",
+    )
     parser.add_argument(
         "--recheck-all-cells", action="store_true", help="re-check with every given cell, not only those the tests need"
     )

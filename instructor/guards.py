@@ -139,15 +139,10 @@ class Guards:
         self.active = False
         self._busy = False
         self._class_cache: dict[int, bool] = {}
+        self.learner_classes: set[int] = set()  # classes a learner cell's `class` statement made
         self._protected_module_cache: dict[int, bool] = {}
-        self.protected_paths = [
-            str(REPO_ROOT / "solutions"),
-            str(REPO_ROOT / "notebooks"),
-            str(REPO_ROOT / "instructor"),
-            str(REPO_ROOT / "tests"),
-            str(REPO_ROOT / "harness"),
-            str(REPO_ROOT / "grading"),
-        ]
+        # the course's answers (and the grader's copies of them, and other students' work); the rest is public
+        self.protected_paths = [str(REPO_ROOT / "solutions"), str(REPO_ROOT / "grading")]
         self.extra_protected_paths: list[str] = []
 
     # ------------------------------------------------------------------ helpers
@@ -190,6 +185,8 @@ class Guards:
 
     def is_learner_class(self, cls) -> bool:
         key = id(cls)
+        if key in self.learner_classes:
+            return True
         if key not in self._class_cache:
             found = False
             for klass in getattr(cls, "__mro__", ()):

@@ -96,7 +96,7 @@ class HideHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
-def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300) -> None:
+def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300, kernel_name: str | None = None) -> None:
     """Apply the course's nbgrader settings to a traitlets config `c` (also used by nbgrader_config.py)."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
     from nbgrader.preprocessors import (
@@ -110,12 +110,19 @@ def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300) -> None:
 
     c.Execute.timeout = cell_timeout
     c.Execute.interrupt_on_timeout = True
+    c.Execute.error_on_timeout = {
+        "ename": "CellTimeoutError",
+        "evalue": f"the cell ran past its {cell_timeout} s limit and was interrupted",
+        "traceback": [f"CellTimeoutError: the cell ran past its {cell_timeout} s limit and was interrupted"],
+    }
     # On a busy machine a kernel's output can trail its reply by seconds: wait for it, and never fail a cell for
     # it (an error in the cell is still seen: nbgrader adds it from the reply's status).
     c.Execute.iopub_timeout = 30
     c.Execute.raise_on_iopub_timeout = False
     c.Execute.startup_timeout = 180
     c.GuardedExecute.notebook_timeout = notebook_timeout
+    if kernel_name:  # the grader's warm kernels (instructor.kernel_launcher); else the notebook's own kernelspec
+        c.Execute.kernel_name = kernel_name
     c.Autograde.autograde_preprocessors = [
         GuardedExecute,
         IgnorePattern,

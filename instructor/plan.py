@@ -261,8 +261,19 @@ def defined_names(tree: ast.Module) -> list[str]:
 _BUILTINS = set(dir(builtins))
 
 
-def binds_and_uses(tree: ast.Module) -> tuple[set[str], set[str]]:
-    """Names a cell binds or mutates at top level, and every name it reads (function bodies included)."""
+def module_aliases(trees) -> set[str]:
+    """Names bound by `import x` / `import x.y as z` statements: modules, whose methods are not mutations."""
+    names = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def binds_and_uses(tree: ast.Module, modules: frozenset[str] = frozenset()) -> tuple[set[str], set[str]]:
+    """Names a cell binds or mutates at top level (a method call on a module, `torch.manual_seed(0)`, is not
+    taken as a mutation), and the global names it reads (in its functions and classes too)."""
     binds, uses = set(), set()
 
     def target_roots(target):
@@ -295,9 +306,9 @@ def binds_and_uses(tree: ast.Module) -> tuple[set[str], set[str]]:
                     target_roots(t)
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
                 func = stmt.value.func
-                if isinstance(func, ast.Attribute):  # model.load_state_dict(...), torch.manual_seed(...)
+                if isinstance(func, ast.Attribute):  # model.load_state_dict(...), not torch.manual_seed(...)
                     root = _root_name(func)
-                    if root:
+                    if root and root not in modules:
                         binds.add(root)
             elif isinstance(stmt, (ast.For, ast.AsyncFor)):
                 target_roots(stmt.target)
@@ -321,10 +332,26 @@ def binds_and_uses(tree: ast.Module) -> tuple[set[str], set[str]]:
                 top(stmt.finalbody)
 
     top(tree.body)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            uses.add(node.id)
+    uses = global_uses(tree)
     return binds - _BUILTINS, uses - _BUILTINS
+
+
+def global_uses(tree: ast.Module) -> set[str]:
+    """Global names a cell reads: at top level, and inside its functions and classes (not their local names)."""
+    import symtable
+
+    def walk(table, out):
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (table.get_type() == "module" or sym.is_global()):
+                out.add(sym.get_name())
+        for child in table.get_children():
+            walk(child, out)
+        return out
+
+    try:
+        return walk(symtable.symtable(ast.unparse(tree), "<cell>", "exec"), set())
+    except SyntaxError:
+        return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
 
 
 def _only_definitions(tree: ast.Module) -> bool:
@@ -344,6 +371,14 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
     notes: list[str] = []
     src_cells = source_nb["cells"]
     # --- the instructor's notebook: given cells, exercises, tests
+    trees = []
+    for cell in src_cells:
+        if cell_kind(cell) != "markdown":
+            try:
+                trees.append(ast.parse(ipython_to_python(cell_source(cell))))
+            except SyntaxError:
+                pass
+    modules = frozenset(module_aliases(trees))
     given_by_text = {}
     solutions, tests = {}, {}
     exercise = None
@@ -437,10 +472,10 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
         if not keep_all:
             tree, step["dropped"] = definitions_only(tree)
         step["findings"] = list(scan(tree))
+        step["defines"] = defined_names(tree)
         step["code"] = ast.unparse(tree)
-        _, step["uses"] = binds_and_uses(tree)
-        step["binds"] = sorted(binds_and_uses(tree)[0])
-        step["uses"] = sorted(step["uses"])
+        binds, uses = binds_and_uses(tree, modules)
+        step["binds"], step["uses"] = sorted(binds), sorted(uses)
         return step
 
     for index, cell in enumerate(src_cells):
@@ -448,7 +483,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
         if kind == "given":
             text = ipython_to_python(cell_source(cell))
             tree = ast.parse(text)
-            binds, uses = binds_and_uses(tree)
+            binds, uses = binds_and_uses(tree, modules)
             steps.append(
                 {
                     "kind": "given",

@@ -45,7 +45,8 @@ def _short(err: BaseException) -> str:
 
 
 class Runner:
-    def __init__(self, plan: dict, out, cell_timeout: float, deadline: float):
+    def __init__(self, plan: dict, out, cell_timeout: float, deadline: float, protected=()):
+        self.protected = protected
         self.plan = plan
         self.out = out
         self.cell_timeout = cell_timeout
@@ -82,6 +83,7 @@ class Runner:
 
         plan = self.plan
         guards = Guards(plan["notebook"], plan["order"])
+        guards.extra_protected_paths = list(self.protected)
         guards.install()
         module = types.ModuleType("__notebook__")
         sys.modules["__notebook__"] = module
@@ -167,6 +169,9 @@ class Runner:
                 error = self.execute(step["code"], step["filename"], ns)
                 if error:
                     self.emit(type="note", message=f"{where}: {error}")
+                for name in step.get("defines", []):
+                    if isinstance(ns.get(name), type):
+                        guards.learner_classes.add(id(ns[name]))
                 rebound = restore_names()
                 if rebound:
                     self.emit(type="note", message=f"{where} rebinds {', '.join(sorted(rebound))}: ignored")
@@ -234,25 +239,22 @@ def _alarm(signum, frame):
     raise StepTimeout()
 
 
-def run_plan(plan: dict, result_path: str, cell_timeout: float, notebook_timeout: float) -> None:
+def run_plan(plan: dict, result_path: str, cell_timeout: float, notebook_timeout: float, protected=()) -> None:
     signal.signal(signal.SIGALRM, _alarm)
     with open(result_path, "w", encoding="utf-8") as out:
-        Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout).run()
+        Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout, protected).run()
 
 
 # ---------------------------------------------------------------------- template (fork server)
-def preload() -> None:
+def preload(kernels: bool = False) -> None:
+    """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("MPLBACKEND", "Agg")
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)  # no thread pool in the template: children fork safely and size their own
     import einops  # noqa: F401
     import jaxtyping  # noqa: F401
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot
+    import matplotlib  # noqa: F401 - not pyplot: a kernel picks its own backend
     import transformer_lens  # noqa: F401
 
     import harness
@@ -261,6 +263,8 @@ def preload() -> None:
         harness.load_reference_gpt2()
     except Exception:  # noqa: BLE001 - the child will report it where a test needs the model
         traceback.print_exc()
+    if kernels:
+        import ipykernel.kernelapp  # noqa: F401
 
 
 def _vm_data() -> int:
@@ -272,7 +276,14 @@ def _vm_data() -> int:
     return 0
 
 
+def _limit_memory(extra: int) -> None:
+    if extra:
+        limit = int(_vm_data() + extra)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
 def _child(job: dict) -> None:
+    """A re-check: run one plan."""
     os.setsid()
     log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -281,70 +292,143 @@ def _child(job: dict) -> None:
     os.dup2(log, 2)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-    if job.get("memory_bytes"):
-        limit = int(_vm_data() + job["memory_bytes"])
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    _limit_memory(job.get("memory_bytes", 0))
+    os.environ.setdefault("MPLBACKEND", "Agg")
     with open(job["plan"], encoding="utf-8") as f:
         plan = json.load(f)
-    run_plan(plan, job["result"], job["cell_timeout"], job["notebook_timeout"])
+    run_plan(plan, job["result"], job["cell_timeout"], job["notebook_timeout"], job.get("protected", ()))
 
 
-def serve() -> int:
+def _kernel_child(request: dict) -> None:
+    """A Jupyter kernel, as `python -m ipykernel_launcher ARGS` would start it, on the warm state."""
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    env = request["env"]
+    os.environ.clear()
+    os.environ.update(env)
+    os.environ["JPY_PARENT_PID"] = str(os.getppid())  # the kernel ends if the template does
+    _limit_memory(int(env.get("TFS_KERNEL_MEMORY", "0") or 0))
+    import torch
+
+    torch.set_num_threads(int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    sys.argv = ["ipykernel_launcher", *request["args"]]
+    from ipykernel.kernelapp import IPKernelApp
+
+    IPKernelApp.launch_instance(argv=request["args"])
+
+
+def serve(kernel_socket: str | None = None) -> int:
+    """The template: re-check jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher."""
+    import socket
+
     fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     out = os.fdopen(fd, "w", buffering=1)
-    preload()
+    listener = None
+    if kernel_socket:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(kernel_socket + ".tmp"):
+            os.unlink(kernel_socket + ".tmp")
+        listener.bind(kernel_socket + ".tmp")
+        listener.listen(16)
+    preload(kernels=listener is not None)
+    if listener is not None:
+        os.rename(kernel_socket + ".tmp", kernel_socket)  # launchers connect only once the template is warm
     out.write(json.dumps({"ready": True}) + "\n")
     children: dict[int, dict] = {}
+    kernels: dict[int, socket.socket] = {}  # kernel pid -> its launcher's connection
+    pending: dict[socket.socket, bytes] = {}  # launcher connections whose request is still coming
     buffer = b""
     closed = False
+
+    def fork(target, *args) -> int:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                out.close()
+                if listener is not None:
+                    listener.close()
+                for conn in [*kernels.values(), *pending]:
+                    conn.close()
+                target(*args)
+            except SystemExit as err:
+                code = err.code if isinstance(err.code, int) else 1
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        return pid
+
     while not closed or children:
-        if not closed:
-            readable, _, _ = select.select([0], [], [], 0.05)
-        else:
+        watch = [] if closed else [0]
+        if listener is not None and not closed:
+            watch += [listener, *pending, *kernels.values()]
+        readable = select.select(watch, [], [], 0.05)[0] if watch else []
+        if not watch:
             time.sleep(0.05)
-            readable = []
-        if readable:
-            data = os.read(0, 1 << 16)
-            if not data:
-                closed = True
-                for pid in children:
+        for source in readable:
+            if source == 0:
+                data = os.read(0, 1 << 16)
+                if not data:
+                    closed = True
+                    for pid in [*children, *kernels]:
+                        _kill(pid)
+                buffer += data
+            elif source is listener:
+                conn, _ = listener.accept()
+                pending[conn] = b""
+            elif source in pending:
+                data = source.recv(1 << 20)
+                pending[source] += data
+                if not data:
+                    pending.pop(source).close()
+                elif b"\n" in pending[source]:
+                    request = json.loads(pending.pop(source).split(b"\n", 1)[0])
+                    pid = fork(_kernel_child, request)
+                    kernels[pid] = source
+                    source.sendall((json.dumps({"pid": pid}) + "\n").encode())
+            else:  # a launcher went away (killed): its kernel goes too
+                if not source.recv(1 << 16):
+                    pid = next(p for p, c in kernels.items() if c is source)
                     _kill(pid)
-            buffer += data
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                if not line.strip():
-                    continue
-                job = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    code = 0
-                    try:
-                        out.close()
-                        _child(job)
-                    except BaseException:  # noqa: BLE001
-                        traceback.print_exc()
-                        code = 1
-                    finally:
-                        os._exit(code)
-                children[pid] = {
-                    "id": job["id"],
-                    "start": time.monotonic(),
-                    "killed": False,
-                    "deadline": time.monotonic() + job["notebook_timeout"] + 30,
-                }
-        while children:
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if not line.strip():
+                continue
+            job = json.loads(line)
+            pid = fork(_child, job)
+            children[pid] = {
+                "id": job["id"],
+                "start": time.monotonic(),
+                "killed": False,
+                "deadline": time.monotonic() + job["notebook_timeout"] + 30,
+            }
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
+            _kill(pid)  # anything the learner's code left running in the child's session
+            if pid in kernels:
+                conn = kernels.pop(pid)
+                try:
+                    conn.sendall((json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+                except OSError:
+                    pass
+                conn.close()
+                continue
             info = children.pop(pid, None)
             if info is None:
                 continue
-            _kill(pid)  # anything the learner's code left running in the child's session
             reply = {
                 "id": info["id"],
                 "status": "killed" if info["killed"] else "exited",
@@ -358,6 +442,11 @@ def serve() -> int:
             if not info["killed"] and now > info["deadline"]:
                 info["killed"] = True
                 _kill(pid)
+    if listener is not None:
+        listener.close()
+        for path in (kernel_socket, kernel_socket + ".tmp"):
+            if os.path.exists(path):
+                os.unlink(path)
     return 0
 
 
@@ -371,13 +460,14 @@ def _kill(pid: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m instructor.recheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true")
+    parser.add_argument("--kernel-socket", help="also fork Jupyter kernels for launchers connecting here")
     parser.add_argument("plan", nargs="?")
     parser.add_argument("result", nargs="?")
     parser.add_argument("--cell-timeout", type=float, default=60)
     parser.add_argument("--notebook-timeout", type=float, default=300)
     args = parser.parse_args(argv)
     if args.serve:
-        return serve()
+        return serve(args.kernel_socket)
     preload()
     with open(args.plan, encoding="utf-8") as f:
         plan = json.load(f)

@@ -33,13 +33,13 @@ STOP_ERRORS = ("NotebookTimeoutError", "DeadKernelError", "CellTimeoutError")
 
 
 class Worker:
-    def __init__(self, root: Path, cell_timeout: int, notebook_timeout: int):
+    def __init__(self, root: Path, cell_timeout: int, notebook_timeout: int, kernel_name: str | None = None):
         from nbgrader.apps import NbGraderAPI
 
         from instructor.course import nbgrader_config
 
         self.root = Path(root)
-        self.api = NbGraderAPI(config=nbgrader_config(cell_timeout, notebook_timeout, self.root))
+        self.api = NbGraderAPI(config=nbgrader_config(cell_timeout, notebook_timeout, self.root, kernel_name))
         self.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
 
     def _paths(self, student: str, notebook: str, folder: str) -> Path:
@@ -166,12 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=60)
     parser.add_argument("--notebook-timeout", type=int, default=300)
     parser.add_argument("--memory-gb", type=float, default=0, help="data-segment limit inherited by the kernels")
+    parser.add_argument("--kernel-name", help="kernelspec to run the notebooks with (default: the notebook's)")
     args = parser.parse_args(argv)
     out = _protocol_stream()
     if args.memory_gb > 0:
         limit = int(args.memory_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    worker = Worker(args.root, args.cell_timeout, args.notebook_timeout)
+    worker = Worker(args.root, args.cell_timeout, args.notebook_timeout, args.kernel_name)
     out.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         if not line.strip():

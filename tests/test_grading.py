@@ -24,7 +24,7 @@ from instructor.grade import prepare_course
 from instructor.plan import build_plan, definitions_only, scan
 
 LN, EMB = "01_layernorm", "02_embeddings"
-CELL_TIMEOUT = 40
+CELL_TIMEOUT = 20
 
 
 # ---------------------------------------------------------------------- notebook surgery
@@ -173,21 +173,19 @@ def scenarios(release: dict[str, dict]) -> dict[str, dict[str, dict]]:
         return copy.deepcopy(release[EMB])
 
     out = {
-        "blank": {LN: ln(), EMB: emb()},
+        "blank": {LN: ln()},
         "solved": {LN: solve(ln(), LN, "layernorm"), EMB: solve(emb(), EMB, "embed", "pos_embed", "sinusoidal")},
         "partial": {EMB: solve(emb(), EMB, "embed")},
     }
-    # a harness check redefined in the notebook
+    # harness's checks redefined in the notebook, and their helpers monkeypatched
     nb = insert_before(
         set_source(ln(), "layernorm", WRONG_LAYERNORM),
         "test_layernorm",
         "def rand_float_test(*args, **kwargs):\n    print('all good')\n\n\n"
         "def load_gpt2_test(*args, **kwargs):\n    print('all good')\n",
     )
-    out["redefined_check"] = {LN: nb}
-    # the checks' helpers monkeypatched
     nb = insert_before(
-        set_source(ln(), "layernorm", WRONG_LAYERNORM),
+        nb,
         "test_layernorm",
         """
 import harness._assertions as _a
@@ -198,7 +196,7 @@ for _m in (_a, _c):
             setattr(_m, _n, lambda *args, **kwargs: None)
 """,
     )
-    out["patched_harness"] = {LN: nb}
+    out["check_tampering"] = {LN: nb}
     # torch's comparisons and builtins patched at top level
     nb = insert_before(
         set_source(ln(), "layernorm", WRONG_LAYERNORM),
@@ -273,9 +271,6 @@ class PosEmbed(nn.Module):
     test_meta = copy.deepcopy(nb["cells"][index_of(nb, "test_sinusoidal")]["metadata"])
     nb["cells"].insert(index_of(nb, "test_sinusoidal") + 1, code_cell("pass", test_meta))
     out["nbgrader_tamper"] = {EMB: nb}
-    # metadata gone, grade_ids duplicated, but the work is there
-    nb = strip_nbgrader(solve(ln(), LN, "layernorm"))
-    out["metadata_stripped"] = {LN: nb}
     # a hang in a tested method, a syntax error in another exercise, a huge allocation
     nb = solve(emb(), EMB, "embed", "pos_embed", "sinusoidal")
     pos = cell_source(nb["cells"][index_of(nb, "pos_embed")])
@@ -303,10 +298,9 @@ class PosEmbed(nn.Module):
         "    def _forward(self, residual",
         1,
     )
-    out["warnings"] = {LN: set_source(nb, "layernorm", text)}
-    # saved by other tools
-    out["colab"] = {LN: as_colab(solve(ln(), LN, "layernorm"))}
-    out["vscode"] = {LN: as_vscode(solve(ln(), LN, "layernorm"))}
+    # saved by Colab, with that harmless stderr; saved by VS Code, with every nbgrader metadata stripped
+    out["colab"] = {LN: as_colab(set_source(nb, "layernorm", text))}
+    out["vscode"] = {LN: as_vscode(strip_nbgrader(solve(ln(), LN, "layernorm")))}
     return out
 
 
@@ -314,21 +308,18 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},
     "solved": "all",
     "partial": {"test_embed": "max"},
-    "redefined_check": {},
-    "patched_harness": {},
+    "check_tampering": {},
     "patched_torch": {},
     "class_body_patch": {},
     "reference_reach": {},
     "components": {"test_sinusoidal": "max"},
     "nbgrader_tamper": {"test_pos_embed": "max"},
-    "metadata_stripped": "all",
     "hang_syntax_memory": {"test_embed": "max"},
     "kernel_death": {"test_embed": "max"},
-    "warnings": "all",
     "colab": "all",
     "vscode": "all",
 }
-TAMPERING = ["redefined_check", "patched_harness", "patched_torch", "class_body_patch", "reference_reach", "components"]
+TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
 
 
 @pytest.fixture(scope="module")
@@ -393,8 +384,9 @@ def check_expected(graded, student):
 
 # ---------------------------------------------------------------------- end to end
 def test_blank_submission_scores_zero(graded):
-    rows = check_expected(graded, "blank")
+    rows = check_expected(graded, "blank") + check_expected(graded, "partial")
     assert {r["notebook"] for r in rows} == {LN, EMB}
+    assert all(r["recheck"] == "failed" for r in rows if r["grade_id"] != "test_embed")
 
 
 def test_solutions_get_full_marks(graded):
@@ -425,11 +417,6 @@ def test_nbgrader_restores_edited_and_deleted_tests_and_ignores_duplicates(grade
     assert "test_pos_embed was missing" in flags and "appears more than once" in flags, flags
 
 
-def test_stripped_metadata_is_graded_and_flagged(graded):
-    rows = check_expected(graded, "metadata_stripped")
-    assert rows[0]["flags"], rows
-
-
 def test_hang_syntax_error_and_memory_hog_cost_only_their_exercises(graded):
     rows = check_expected(graded, "hang_syntax_memory")
     assert {r["grade_id"] for r in rows} == {"test_embed", "test_pos_embed", "test_sinusoidal"}
@@ -441,16 +428,16 @@ def test_dead_kernel_is_scored_for_what_ran(graded):
 
 
 def test_warnings_on_stderr_do_not_cost_points(graded):
-    rows = check_expected(graded, "warnings")
-    autograded = graded["out"] / "course" / "autograded" / "warnings" / LN / f"{LN}.ipynb"
+    rows = check_expected(graded, "colab")
+    autograded = graded["out"] / "course" / "autograded" / "colab" / LN / f"{LN}.ipynb"
     text = autograded.read_text()
     assert "normalising" in text and "DeprecationWarning" in text  # the warnings were there, and cost nothing
     assert all(r["nbgrader_score"] == r["max_score"] for r in rows)
 
 
-@pytest.mark.parametrize("student", ["colab", "vscode"])
-def test_notebooks_saved_by_other_tools(graded, student):
-    check_expected(graded, student)
+def test_notebook_saved_by_vscode_with_its_nbgrader_metadata_stripped(graded):
+    rows = check_expected(graded, "vscode")
+    assert "metadata was missing; restored" in rows[0]["flags"], rows
 
 
 def test_unreadable_notebook_does_not_stop_the_batch(graded):
@@ -463,7 +450,7 @@ def test_gradebook_holds_the_final_grades(graded):
 
     with Gradebook(f"sqlite:///{graded['out'] / 'course' / 'gradebook.db'}") as gb:
         solved = gb.find_submission(LN, "solved")
-        cheat = gb.find_submission(LN, "redefined_check")
+        cheat = gb.find_submission(LN, "check_tampering")
         assert solved.score == solved.max_score > 0
         assert cheat.score == 0
 
