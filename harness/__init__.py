@@ -6,25 +6,30 @@ A learner imports only what is listed in `__all__`.
 from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
 from harness.config import Config
 from harness.course import components
+from harness.embedding_checks import sinusoidal_test
+from harness.gpt2_checks import cross_entropy_test, gelu_new_test, greedy_generate_test, hf_conversion_test
 from harness.reference import load_reference_gpt2
 from harness.tokenizer import gpt2_encoding, gpt2_tokenizer
-from harness.tour_checks import *  # noqa: F403
-from harness.embedding_checks import *  # noqa: F403
-from harness.gpt2_checks import *  # noqa: F403
-from harness.training_checks import *  # noqa: F403
-from harness import embedding_checks, gpt2_checks, tour_checks, training_checks
+from harness.tour_checks import param_count_test
+from harness.training_checks import lm_loss_test, masked_loss_test, reversal_floor_test, train_test
 
 __all__ = [
     "Config",
     "components",
+    "cross_entropy_test",
+    "gelu_new_test",
     "gpt2_encoding",
     "gpt2_tokenizer",
+    "greedy_generate_test",
+    "hf_conversion_test",
+    "lm_loss_test",
     "load_gpt2_test",
     "load_reference_gpt2",
+    "masked_loss_test",
+    "param_count_test",
     "rand_float_test",
     "rand_int_test",
-    *tour_checks.__all__,
-    *embedding_checks.__all__,
-    *gpt2_checks.__all__,
-    *training_checks.__all__,
+    "reversal_floor_test",
+    "sinusoidal_test",
+    "train_test",
 ]

@@ -75,10 +75,16 @@ def check_tensor(out: Tensor, shape: tuple[int, ...], what: str, dtype=torch.flo
             hint = f" It has {len(got)} dimensions where {len(shape)} are due."
         fail(f"{what} output has shape {list(got)}, expected {list(shape)}.{hint}")
     if out.dtype != dtype:
-        hint = " Avoid float64 (NumPy, or torch.tensor on Python floats with dtype=float64)." if out.dtype == torch.float64 else ""
+        hint = (
+            " Avoid float64 (NumPy, or torch.tensor on Python floats with dtype=float64)."
+            if out.dtype == torch.float64
+            else ""
+        )
         fail(f"{what} output has dtype {out.dtype}, expected {dtype}.{hint}")
     if device is not None and out.device != torch.device(device):
-        fail(f"{what} output is on {out.device}, but its input was on {device}: create new tensors on the input's device.")
+        fail(
+            f"{what} output is on {out.device}, but its input was on {device}: create new tensors on the input's device."
+        )
     if out.is_floating_point() and not torch.isfinite(out).all():
         n_nan = int(out.isnan().sum())
         n_inf = int(out.isinf().sum())
@@ -107,7 +113,9 @@ def mismatch_summary(actual: Tensor, expected: Tensor, atol: float, rtol: float)
     )
 
 
-def assert_close(actual: Tensor, expected: Tensor, what: str, atol: float = 1e-5, rtol: float = 1e-4, hint: str = "") -> None:
+def assert_close(
+    actual: Tensor, expected: Tensor, what: str, atol: float = 1e-5, rtol: float = 1e-4, hint: str = ""
+) -> None:
     summary = mismatch_summary(actual, expected, atol, rtol)
     if summary is not None:
         fail(f"{what}: {summary}.{(' ' + hint) if hint else ''}")
@@ -115,4 +123,6 @@ def assert_close(actual: Tensor, expected: Tensor, what: str, atol: float = 1e-5
 
 def assert_unchanged(before: Tensor, after: Tensor, what: str) -> None:
     if before.shape != after.shape or not torch.equal(before, after):
-        fail(f"{what} modified its input in place: compute into a new tensor (x = x - mean, not x -= mean or x.sub_()).")
+        fail(
+            f"{what} modified its input in place: compute into a new tensor (x = x - mean, not x -= mean or x.sub_())."
+        )

@@ -28,7 +28,9 @@ def _layer_norm_variants(ref, x):
     w, b, eps = ref.w, ref.b, ref.eps
     return {
         "It matches LayerNorm with the unbiased variance (dividing by d_model - 1): GPT-2 uses the population "
-        "variance, x.var(dim=-1, unbiased=False) or the mean of squared deviations.": _layer_norm(x, w, b, eps, unbiased=True),
+        "variance, x.var(dim=-1, unbiased=False) or the mean of squared deviations.": _layer_norm(
+            x, w, b, eps, unbiased=True
+        ),
         "It matches LayerNorm with epsilon added outside the square root: divide by sqrt(var + eps), "
         "not sqrt(var) + eps.": _layer_norm(x, w, b, eps, eps_outside=True),
         "It matches LayerNorm without epsilon: add cfg.layer_norm_eps to the variance.": _layer_norm(x, w, b, 0.0),
@@ -106,7 +108,7 @@ def _mlp_variants(ref, x):
 
 
 def _block_variants(ref, x):
-    attn = lambda t: ref.attn(t, t, t)  # noqa: E731
+    attn = lambda t: ref.attn(t, t, t)
     ln1, ln2, mlp = ref.ln1, ref.ln2, ref.mlp
     mid_post = ln1(x + attn(x))
     mid = x + attn(ln1(x))
@@ -119,8 +121,7 @@ def _block_variants(ref, x):
         "It matches a block whose attention output is not added to the residual stream.": attn(ln1(x))
         + mlp(ln2(attn(ln1(x)))),
         "It matches a block whose MLP reads resid_pre instead of resid_mid.": mid + mlp(ln2(x)),
-        "It matches a block that uses ln1 before the MLP too: the MLP has its own LayerNorm, ln2.": mid
-        + mlp(ln1(mid)),
+        "It matches a block that uses ln1 before the MLP too: the MLP has its own LayerNorm, ln2.": mid + mlp(ln1(mid)),
         "It matches a block without LayerNorms.": (x + attn(x)) + mlp(x + attn(x)),
     }
 
@@ -177,7 +178,7 @@ def diagnose(kind: str, reference, x: Tensor, out: Tensor, atol: float, rtol: fl
     with torch.no_grad():
         try:
             variants = make(reference, x)
-        except Exception:  # a variant that cannot be computed for these shapes is simply not a candidate
+        except Exception:  # noqa: BLE001 -- a variant that cannot be computed for these shapes is simply not a candidate
             return ""
     for message, variant in variants.items():
         if variant.shape == out.shape and mismatch_summary(out, variant, atol, rtol) is None:

@@ -328,7 +328,9 @@ def _rand_test(check: str, cls, shape, cfg, takes_tokens: bool) -> None:
     kind = _identify(module, cls, cfg)
     if KINDS[kind].takes_tokens != takes_tokens:
         other = "rand_int_test" if KINDS[kind].takes_tokens else "rand_float_test"
-        fail(f"{what} looks like a {kind}, which takes {'token ids' if KINDS[kind].takes_tokens else 'floats'}: use {other}.")
+        fail(
+            f"{what} looks like a {kind}, which takes {'token ids' if KINDS[kind].takes_tokens else 'floats'}: use {other}."
+        )
     gen = torch.Generator().manual_seed(0)
     if takes_tokens:
         x = torch.randint(0, cfg.d_vocab, shape, generator=gen)
@@ -365,7 +367,9 @@ def _reference_cfg(reference_module) -> Config:
 def load_gpt2_test(cls, reference_module, input, cfg: Config | None = None) -> None:
     """Load `reference_module`'s weights strictly into `cls(cfg)` and compare outputs on `input`."""
     if not isinstance(reference_module, torch.nn.Module):
-        fail(f"reference_module must be a module of the reference model (e.g. reference.ln_final), got {type(reference_module).__name__}.")
+        fail(
+            f"reference_module must be a module of the reference model (e.g. reference.ln_final), got {type(reference_module).__name__}."
+        )
     if not isinstance(input, Tensor):
         fail(f"input must be a torch.Tensor, got {type(input).__name__}.")
     cfg = _resolve_cfg(cfg) if cfg is not None else _reference_cfg(reference_module)

@@ -39,7 +39,11 @@ def main(argv=None) -> None:
 
     course = components("06_training")
     cfg = FAST_CONFIG if args.fast else FULL_CONFIG
-    targs = course.TrainingArgs(max_steps=20, warmup_steps=5, eval_every=10, eval_batches=2) if args.fast else course.TrainingArgs()
+    targs = (
+        course.TrainingArgs(max_steps=20, warmup_steps=5, eval_every=10, eval_batches=2)
+        if args.fast
+        else course.TrainingArgs()
+    )
     if args.steps is not None:
         targs.max_steps = args.steps
 
@@ -58,7 +62,9 @@ def main(argv=None) -> None:
     val_tokens = course.tokenize_works(val_works, encoding)
     train_windows = course.make_windows(train_tokens, cfg.n_ctx)
     val_windows = course.make_windows(val_tokens, cfg.n_ctx)
-    log(f"train: {len(train_works)} works, {len(train_tokens):,} tokens; validation {sorted(val_works)}: {len(val_tokens):,} tokens")
+    log(
+        f"train: {len(train_works)} works, {len(train_tokens):,} tokens; validation {sorted(val_works)}: {len(val_tokens):,} tokens"
+    )
     log(f"config: {cfg}")
     log(f"training: {targs}")
 

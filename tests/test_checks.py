@@ -9,8 +9,8 @@ import math
 import einops
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from harness import Config, components, load_gpt2_test, load_reference_gpt2, rand_float_test, rand_int_test
 
