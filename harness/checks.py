@@ -10,6 +10,7 @@ mistakes are recomputed from the same weights to name the one the learner most l
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import torch
 from torch import Tensor
@@ -50,33 +51,12 @@ KINDS = {
 }
 
 
-def _tl_config(cfg: Config):
-    from transformer_lens import HookedTransformerConfig
-
-    return HookedTransformerConfig(
-        d_model=cfg.d_model,
-        d_head=cfg.d_head,
-        n_heads=cfg.n_heads,
-        d_mlp=cfg.d_mlp,
-        n_layers=cfg.n_layers,
-        n_ctx=cfg.n_ctx,
-        d_vocab=cfg.d_vocab,
-        eps=cfg.layer_norm_eps,
-        act_fn="gelu_new",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        init_weights=False,
-        default_prepend_bos=False,
-        device="cpu",
-    )
-
-
 def _oracle(kind: str, cfg: Config):
     """TransformerLens's own module of this kind (weights uninitialised: they are loaded from the learner's)."""
     from transformer_lens import HookedTransformer
     from transformer_lens import components as tl
 
-    tl_cfg = _tl_config(cfg)
+    tl_cfg = cfg.to_transformer_lens()
     builders = {
         "LayerNorm": lambda: tl.LayerNorm(tl_cfg),
         "Embed": lambda: tl.Embed(tl_cfg),
@@ -87,7 +67,9 @@ def _oracle(kind: str, cfg: Config):
         "Unembed": lambda: tl.Unembed(tl_cfg),
         "DemoTransformer": lambda: HookedTransformer(tl_cfg, move_to_device=False),
     }
-    return builders[kind]().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TransformerLens's deprecation notice would reach stderr
+        return builders[kind]().eval()
 
 
 def _run_reference(module, x: Tensor) -> Tensor:

@@ -35,3 +35,26 @@ class Config:
             n_heads=c.n_heads,
             n_layers=c.n_layers,
         )
+
+    def to_transformer_lens(self):
+        """The equivalent TransformerLens `HookedTransformerConfig` (GPT-2: LayerNorm, tanh GELU, learned positions)."""
+        import torch
+        from transformer_lens import HookedTransformerConfig
+
+        return HookedTransformerConfig(
+            d_model=self.d_model,
+            d_head=self.d_head,
+            n_heads=self.n_heads,
+            d_mlp=self.d_mlp,
+            n_layers=self.n_layers,
+            n_ctx=self.n_ctx,
+            d_vocab=self.d_vocab,
+            eps=self.layer_norm_eps,
+            act_fn="gelu_new",
+            normalization_type="LN",
+            positional_embedding_type="standard",
+            init_weights=False,
+            default_prepend_bos=False,
+            device="cpu",
+            dtype=torch.float32,
+        )

@@ -117,25 +117,9 @@ def true_param_count(cfg: Config) -> int:
 @functools.cache
 def _true_param_count(fields: tuple) -> int:
     import torch
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens import HookedTransformer
 
-    cfg = Config(*fields)
-    tl_cfg = HookedTransformerConfig(
-        d_model=cfg.d_model,
-        d_head=cfg.d_head,
-        n_heads=cfg.n_heads,
-        d_mlp=cfg.d_mlp,
-        n_layers=cfg.n_layers,
-        n_ctx=cfg.n_ctx,
-        d_vocab=cfg.d_vocab,
-        eps=cfg.layer_norm_eps,
-        act_fn="gelu_new",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        init_weights=False,
-        device="cpu",
-        dtype=torch.float32,
-    )
+    tl_cfg = Config(*fields).to_transformer_lens()
     # On the meta device no memory is allocated: only the shapes are needed.
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")  # TransformerLens's deprecation notice would go to stderr
