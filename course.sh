@@ -24,7 +24,9 @@ case "${1:-}" in
   open)
     setup
     # The reference model is the small offline GPT-2 unless the Hugging Face hub can be reached.
-    exec "$VENV/bin/jupyter" lab notebooks/ "${@:2}"
+    extra=()
+    [ "$(id -u)" = 0 ] && extra+=(--allow-root)  # containers and cloud machines often run as root
+    exec "$VENV/bin/jupyter" lab notebooks/ "${extra[@]}" "${@:2}"
     ;;
   test)
     setup
