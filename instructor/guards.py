@@ -258,26 +258,22 @@ class Guards:
         if getattr(base, "_tfs_guarded", False):
             return
 
-        def __setattr__(self, name, value):
+        def refuse_if_learner(action: str) -> None:
             if guards.active and not guards._busy:
                 guards._busy = True
                 try:
-                    learner = guards.learner_frame_on_stack(sys._getframe(1))
+                    learner = guards.learner_frame_on_stack(sys._getframe(2))  # the caller of the dunder
                 finally:
                     guards._busy = False
                 if learner:
-                    guards.refuse(f"learner code assigned {self.__name__}.{name}")
+                    guards.refuse(action)
+
+        def __setattr__(self, name, value):
+            refuse_if_learner(f"learner code assigned {self.__name__}.{name}")
             base.__setattr__(self, name, value)
 
         def __delattr__(self, name):
-            if guards.active and not guards._busy:
-                guards._busy = True
-                try:
-                    learner = guards.learner_frame_on_stack(sys._getframe(1))
-                finally:
-                    guards._busy = False
-                if learner:
-                    guards.refuse(f"learner code deleted {self.__name__}.{name}")
+            refuse_if_learner(f"learner code deleted {self.__name__}.{name}")
             base.__delattr__(self, name)
 
         guarded = type(
