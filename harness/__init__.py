@@ -3,6 +3,7 @@
 A learner imports only what is listed in `__all__`.
 """
 
+from harness._assertions import learner_facing as _learner_facing
 from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
 from harness.config import Config
 from harness.course import components
@@ -33,3 +34,9 @@ __all__ = [
     "sinusoidal_test",
     "train_test",
 ]
+
+# Every public check hides the harness's own frames and names an unfinished exercise (see `learner_facing`).
+for _name in __all__:
+    if _name.endswith("_test"):
+        globals()[_name] = _learner_facing(globals()[_name])
+del _name

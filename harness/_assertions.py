@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import NoReturn
 
 import torch
@@ -126,3 +127,105 @@ def assert_unchanged(before: Tensor, after: Tensor, what: str) -> None:
         fail(
             f"{what} modified its input in place: compute into a new tensor (x = x - mean, not x -= mean or x.sub_())."
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the learner sees when a check fails: their cell, the message and (when their code raised) their own frames.
+
+_HARNESS_DIR = __file__.rsplit("/", 1)[0]
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/lib/python3")
+
+
+def _is_harness_frame(frame) -> bool:
+    return frame.f_code.co_filename.startswith(_HARNESS_DIR)
+
+
+def _is_learner_frame(frame) -> bool:
+    filename = frame.f_code.co_filename
+    return not _is_harness_frame(frame) and not any(marker in filename for marker in _LIBRARY_MARKERS)
+
+
+def _chain(err: BaseException):
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+
+
+def unfinished_exercise(err: BaseException) -> str | None:
+    """`Attention.forward` when the chain holds a bare NotImplementedError raised by the learner's own code."""
+    for link in _chain(err):
+        if type(link) is not NotImplementedError or link.args not in ((), ("",)):
+            continue
+        tb, raiser = link.__traceback__, None
+        while tb is not None:
+            raiser = tb.tb_frame
+            tb = tb.tb_next
+        if raiser is not None and _is_learner_frame(raiser):
+            return getattr(raiser.f_code, "co_qualname", raiser.f_code.co_name)
+    return None
+
+
+def _drop_harness_frames(err: BaseException) -> None:
+    """Cut the harness's own frames from the front of each chained traceback, so learner frames lead."""
+    for link in _chain(err):
+        tb = link.__traceback__
+        while tb is not None and _is_harness_frame(tb.tb_frame):
+            tb = tb.tb_next
+        link.__traceback__ = tb
+
+
+class CheckFailed(AssertionError):
+    """A failed check. In IPython and Jupyter it shows the learner's cell, the message and their own frames only."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of its own formatting; it hides every frame but the last one marked
+        # `__tracebackhide__`, which would leave one harness frame, so the frames are chosen here.
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        entries, tb = [], self.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if not (_is_harness_frame(frame) or frame.f_locals.get("__tracebackhide__")):
+                entries.append(tb)
+            tb = tb.tb_next
+        for outer, inner in zip(entries, entries[1:]):
+            outer.tb_next = inner
+        if entries:
+            entries[-1].tb_next = None
+        self.__traceback__ = entries[0] if entries else None
+        if shell is None:
+            import traceback
+
+            return traceback.format_exception(self)
+        return shell.InteractiveTB.structured_traceback(type(self), self, self.__traceback__, tb_offset=0)
+
+
+def learner_facing(check):
+    """Wrap a public check: an unfinished exercise is named in one line, and harness frames are hidden.
+
+    The failure is re-raised as `CheckFailed` (an AssertionError) with the learner's exception, if any, as its
+    cause, stripped of the harness frames that called into it.
+    """
+
+    @functools.wraps(check)
+    def wrapper(*args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841 -- read by IPython and pytest
+        try:
+            return check(*args, **kwargs)
+        except Exception as err:
+            name = unfinished_exercise(err)
+            if name is not None:
+                message = f"`{name}` is not written yet: complete the exercise cell above, run it, then run this check."
+                raise CheckFailed(message) from None
+            if not isinstance(err, AssertionError) or isinstance(err, CheckFailed):
+                raise
+            _drop_harness_frames(err)
+            failure = CheckFailed(*err.args)
+            failure.__cause__ = err.__cause__
+            failure.__suppress_context__ = True
+            raise failure from err.__cause__
+
+    return wrapper
