@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import NoReturn
 
 import torch
@@ -191,7 +192,7 @@ class CheckFailed(AssertionError):
             if not (_is_harness_frame(frame) or frame.f_locals.get("__tracebackhide__")):
                 entries.append(tb)
             tb = tb.tb_next
-        for outer, inner in zip(entries, entries[1:]):
+        for outer, inner in itertools.pairwise(entries):
             outer.tb_next = inner
         if entries:
             entries[-1].tb_next = None
@@ -212,7 +213,7 @@ def learner_facing(check):
 
     @functools.wraps(check)
     def wrapper(*args, **kwargs):
-        __tracebackhide__ = True  # noqa: F841 -- read by IPython and pytest
+        __tracebackhide__ = True  # read by IPython and pytest
         try:
             return check(*args, **kwargs)
         except Exception as err:

@@ -17,7 +17,26 @@ import sys
 import tempfile
 from pathlib import Path
 
+from instructor import setup_cell
 from instructor.course import NOTEBOOKS_DIR, SOLUTIONS_DIR, build_course, dumps_notebook, notebook_names, read_json
+
+
+def sync_solutions(solutions_dir: Path = SOLUTIONS_DIR, write: bool = True) -> list[str]:
+    """Bring each solution's set-up cell and kernel metadata in line with `instructor/setup_cell.py`.
+
+    Returns the notebooks that were (or, with `write=False`, would be) changed.
+    """
+    url = setup_cell.repository_url()
+    changed = []
+    for name in notebook_names(solutions_dir):
+        path = Path(solutions_dir) / f"{name}.ipynb"
+        before = path.read_text(encoding="utf-8")
+        after = dumps_notebook(setup_cell.apply(read_json(path), url))
+        if after != before:
+            changed.append(name)
+            if write:
+                path.write_text(after, encoding="utf-8")
+    return changed
 
 
 def _normalise(release: dict, source: dict, name: str) -> dict:
@@ -31,7 +50,8 @@ def _normalise(release: dict, source: dict, name: str) -> dict:
         cell["id"] = cell_id
     release["nbformat"], release["nbformat_minor"] = 4, 5
     release["metadata"] = {k: v for k, v in source.get("metadata", {}).items() if k in ("kernelspec", "language_info")}
-    return release
+    url = setup_cell.repository_url()
+    return setup_cell.add_badge(setup_cell.apply(release, url), url, name)
 
 
 def generate(out_dir: Path, names: list[str] | None = None, solutions_dir: Path = SOLUTIONS_DIR) -> list[Path]:
@@ -56,7 +76,10 @@ def generate(out_dir: Path, names: list[str] | None = None, solutions_dir: Path 
 def check(notebooks_dir: Path = NOTEBOOKS_DIR, solutions_dir: Path = SOLUTIONS_DIR) -> list[str]:
     """Problems that make `notebooks_dir` differ from a fresh generation (empty when up to date)."""
     names = notebook_names(solutions_dir)
-    problems = []
+    problems = [
+        f"solutions/{name}.ipynb: its set-up cell or kernel metadata differs from instructor/setup_cell.py"
+        for name in sync_solutions(solutions_dir, write=False)
+    ]
     with tempfile.TemporaryDirectory(prefix="tfs-check-") as tmp:
         generate(Path(tmp), names, solutions_dir)
         for name in names:
@@ -87,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.out} is up to date.")
         return 0
+    for name in sync_solutions():
+        print(f"updated the set-up cell of solutions/{name}.ipynb")
     for path in generate(args.out, args.names or None):
         print(f"wrote {path}")
     return 0

@@ -24,6 +24,7 @@ def _run_cells(*cells: str) -> str:
     result = subprocess.run(
         [sys.executable, "-c", _SHELL, "# --- next cell ---".join(cells)],
         cwd=ROOT,
+        check=False,
         capture_output=True,
         text=True,
         timeout=300,

@@ -29,8 +29,19 @@ def _environment_pip_dependencies() -> set[str]:
     return deps
 
 
+def _pyproject_extra(name: str) -> set[str]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {dep.replace(" ", "") for dep in data["project"]["optional-dependencies"][name]}
+
+
 def test_environment_matches_pyproject():
-    assert _environment_pip_dependencies() == _pyproject_dependencies()
+    assert _environment_pip_dependencies() == _pyproject_dependencies() | _pyproject_extra("lab")
+
+
+def test_learners_get_no_instructor_or_test_tools():
+    """Colab installs only the dependencies: nbgrader, nbval, pytest and JupyterLab stay in the extras."""
+    names = {re.split(r"[<>=\[]", dep)[0] for dep in _pyproject_dependencies()}
+    assert not names & {"nbgrader", "nbval", "pytest", "jupyterlab", "ruff", "selenium"}, names
 
 
 def test_transformer_lens_pinned_to_3_9():
