@@ -19,7 +19,8 @@ SETUP_MARKER = "# Set-up:"
 BADGE_MARKER = "colab-badge.svg"
 
 KERNEL_METADATA = {
-    # What ipykernel reports, so that opening a notebook does not mark it modified.
+    # What ipykernel reports, so that opening a notebook does not mark it modified. JupyterLab rewrites the
+    # Python version with the kernel's own: the notebook opens unmodified on the course's reference Python (CI's).
     "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
     "language_info": {
         "codemirror_mode": {"name": "ipython", "version": 3},
@@ -28,6 +29,7 @@ KERNEL_METADATA = {
         "name": "python",
         "nbconvert_exporter": "python",
         "pygments_lexer": "ipython3",
+        "version": "3.11.7",
     },
 }
 

@@ -64,8 +64,10 @@ def _setup_cell(notebook: str) -> str:
 
 RUNNER = textwrap.dedent(
     """
-    import sys, types
-    sys.modules["google.colab"] = types.ModuleType("google.colab")  # what Colab's runtime has imported
+    import importlib.machinery, sys, types
+    colab = types.ModuleType("google.colab")  # what Colab's runtime has imported
+    colab.__spec__ = importlib.machinery.ModuleSpec("google.colab", None)
+    sys.modules["google.colab"] = colab
     cell = open(sys.argv[1]).read()
     cell = cell.replace('COURSE_REPO = ""', f'COURSE_REPO = "{sys.argv[2]}"', 1)
     cell = cell.replace('COURSE_DIR = "/content/course"', f'COURSE_DIR = "{sys.argv[3]}"', 1)
