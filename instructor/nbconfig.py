@@ -133,7 +133,9 @@ def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300, kernel_nam
         AssignLatePenalties,
         CheckCellMetadata,
     ]
-    c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+    from instructor.offline_html import MathAsMathML
+
+    c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, MathAsMathML, CSSHTMLHeaderPreprocessor]
     # Learners cannot add files next to their notebooks that the kernel would import (harness.py, torch.py):
     # only the notebooks are collected, and nothing else is copied in from the source folder.
     c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]

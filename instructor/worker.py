@@ -20,6 +20,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from instructor.offline_html import without_remote_scripts
+
 
 def _protocol_stream():
     """A private copy of stdout for replies; fd 1 then points at stderr so stray prints cannot corrupt them."""
@@ -127,6 +129,7 @@ class Worker:
             result = self.api.generate_feedback(notebook, student, force=True)
             html = self._paths(student, notebook, "feedback") / f"{notebook}.html"
             if result.get("success") and html.exists():
+                html.write_text(without_remote_scripts(html.read_text(encoding="utf-8")), encoding="utf-8")
                 reply["feedback"] = str(html)
             else:
                 reply["feedback_error"] = (result.get("log") or "")[-2000:]

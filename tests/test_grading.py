@@ -13,6 +13,7 @@ import copy
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -393,7 +394,9 @@ def test_solutions_get_full_marks(graded):
     rows = check_expected(graded, "solved")
     assert all(r["recheck"] == "passed" for r in rows), rows
     assert {r["flags"] for r in rows} <= {"", "notes.txt ignored (not one of the course's notebooks)"}, rows
-    assert (graded["out"] / "feedback" / "solved" / f"{LN}.html").exists()
+    feedback = (graded["out"] / "feedback" / "solved" / f"{LN}.html").read_text()
+    # Self-contained: formulas as MathML, nothing loaded from the network.
+    assert "<math" in feedback and not re.search(r"<script[^>]*src=[\"']https?:", feedback)
 
 
 def test_partial_submission_scores_exactly_its_solved_exercises(graded):
