@@ -9,20 +9,35 @@ from harness.config import Config
 from harness.course import components
 from harness.embedding_checks import sinusoidal_test
 from harness.gpt2_checks import cross_entropy_test, gelu_new_test, greedy_generate_test, hf_conversion_test
+from harness.kv_cache_checks import cached_generate_test, kv_cache_test
 from harness.reference import load_reference_gpt2
+from harness.sampling_checks import (
+    beam_search_test,
+    frequency_penalty_test,
+    generate_test,
+    sample_next_token_test,
+    temperature_test,
+    top_k_test,
+    top_p_test,
+)
 from harness.tokenizer import gpt2_encoding, gpt2_tokenizer
 from harness.tour_checks import param_count_test
 from harness.training_checks import lm_loss_test, masked_loss_test, reversal_floor_test, train_test
 
 __all__ = [
     "Config",
+    "beam_search_test",
+    "cached_generate_test",
     "components",
     "cross_entropy_test",
+    "frequency_penalty_test",
     "gelu_new_test",
+    "generate_test",
     "gpt2_encoding",
     "gpt2_tokenizer",
     "greedy_generate_test",
     "hf_conversion_test",
+    "kv_cache_test",
     "lm_loss_test",
     "load_gpt2_test",
     "load_reference_gpt2",
@@ -31,7 +46,11 @@ __all__ = [
     "rand_float_test",
     "rand_int_test",
     "reversal_floor_test",
+    "sample_next_token_test",
     "sinusoidal_test",
+    "temperature_test",
+    "top_k_test",
+    "top_p_test",
     "train_test",
 ]
 

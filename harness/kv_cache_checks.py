@@ -1,0 +1,188 @@
+"""Checks for notebook 07's key-value cache: the cached model and cached generation.
+
+The learner's `KVCacheTransformer` (a `DemoTransformer` whose attention layers take and return the keys and values
+of earlier positions) gets the same random weights as the course's own `DemoTransformer`. Its logits, fed a prompt
+and then one or a few tokens at a time, are compared with a full recompute at every step, and the keys and values
+it caches with TransformerLens's own `TransformerLensKeyValueCache` on the same weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from harness._assertions import build, call, fail
+from harness.config import Config
+
+__all__ = ["cached_generate_test", "kv_cache_test"]
+
+_CFG = Config(d_model=32, n_heads=4, d_head=8, d_mlp=64, n_layers=2, n_ctx=16, d_vocab=61)
+
+
+def _course_model(cfg: Config, seed: int = 0):
+    from harness.course import components
+
+    model = components("05_full_gpt2").DemoTransformer(cfg).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.4 * torch.randn(p.shape, generator=g) + (1.0 if p.dim() == 1 and p.shape[0] == cfg.d_model else 0))
+    return model
+
+
+def _learner_model(cls, course, cfg: Config):
+    model = build(cls, cfg).eval()
+    result = model.load_state_dict(course.state_dict(), strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        fail(
+            f"{cls.__name__} does not have DemoTransformer's parameters (missing {result.missing_keys[:4]}, unexpected "
+            f"{result.unexpected_keys[:4]}): subclass DemoTransformer and keep its modules' names."
+        )
+    return model
+
+
+def _step(model, tokens: Tensor, past, what: str):
+    out = call(model, tokens, past, what=what)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        fail(f"{what} must return (logits, past_kvs), got {type(out).__name__}.")
+    logits, kvs = out
+    if not isinstance(kvs, (list, tuple)) or not all(isinstance(kv, (list, tuple)) and len(kv) == 2 for kv in kvs):
+        fail(f"{what} must return past_kvs as a list with one (keys, values) pair per layer.")
+    return logits, list(kvs)
+
+
+def _tl_cache(course, cfg: Config, tokens: Tensor):
+    from transformer_lens import HookedTransformer
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    tl = HookedTransformer(cfg.to_transformer_lens())
+    tl.load_state_dict(course.state_dict(), strict=False)
+    cache = TransformerLensKeyValueCache.init_cache(tl.cfg, tl.cfg.device, tokens.shape[0])
+    with torch.no_grad():
+        tl(tokens, past_kv_cache=cache, attention_mask=torch.ones_like(tokens))
+    return [(entry.past_keys, entry.past_values) for entry in cache.entries]
+
+
+def _check_layout(kvs, batch: int, pos: int, cfg: Config, what: str) -> None:
+    want = (batch, pos, cfg.n_heads, cfg.d_head)
+    if len(kvs) != cfg.n_layers:
+        fail(f"{what} returned {len(kvs)} (keys, values) pairs for {cfg.n_layers} layers.")
+    got = tuple(kvs[0][0].shape)
+    if got == want:
+        return
+    hint = ""
+    if sorted(got) == sorted(want):
+        hint = " The sizes are there in another order: keep TransformerLens's layout [batch, pos, n_heads, d_head]."
+    elif len(got) == 4 and got[1] != pos and any(got[d] == want[d] * 2 or got[d] > want[d] for d in (0, 2, 3)):
+        hint = " It grew along the wrong dimension: concatenate past and new keys along dim=1 (positions)."
+    fail(f"{what}: the cached keys have shape {list(got)}, expected {list(want)}.{hint}")
+
+
+def kv_cache_test(KVCacheTransformer) -> None:
+    """Checks `KVCacheTransformer(cfg)`, whose forward is `(tokens [batch new], past_kvs=None) -> (logits, past_kvs)`."""
+    name = getattr(KVCacheTransformer, "__name__", "KVCacheTransformer")
+    cfg = _CFG
+    course = _course_model(cfg)
+    model = _learner_model(KVCacheTransformer, course, cfg)
+    tokens = torch.randint(0, cfg.d_vocab, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = course(tokens)
+        embedded = []
+        hook = model.embed.register_forward_hook(lambda module, args, out: embedded.append(tuple(args[0].shape)))
+        try:
+            logits, kvs = _step(model, tokens[:, :4], None, f"{name}(tokens[:, :4])")
+            if not torch.allclose(logits, full[:, :4], atol=1e-4, rtol=1e-4):
+                fail(f"{name} with an empty cache (the prompt) differs from DemoTransformer on the same tokens.")
+            _check_layout(kvs, 2, 4, cfg, f"{name}(prompt of 4 tokens)")
+            for layer, ((k, v), (tk, tv)) in enumerate(zip(kvs, _tl_cache(course, cfg, tokens[:, :4]))):
+                if not (torch.allclose(k, tk, atol=1e-4) and torch.allclose(v, tv, atol=1e-4)):
+                    swapped = torch.allclose(k, tv, atol=1e-4) and torch.allclose(v, tk, atol=1e-4)
+                    fail(
+                        f"{name}: the keys and values cached at layer {layer} differ from TransformerLens's cache "
+                        f"on the same weights.{' Keys and values are swapped.' if swapped else ''}"
+                    )
+            for pos in range(4, 7):  # then one token at a time
+                embedded.clear()
+                new_logits, kvs = _step(model, tokens[:, pos : pos + 1], kvs, f"{name}(one new token, past_kvs)")
+                if embedded and embedded[-1][-1] != 1:
+                    fail(f"{name} embedded {embedded[-1][-1]} tokens for one new token: embed only the new tokens.")
+                _check_layout(kvs, 2, pos + 1, cfg, f"{name} after {pos + 1} tokens")
+                if tuple(new_logits.shape) != (2, 1, cfg.d_vocab):
+                    fail(f"{name} returned logits of shape {list(new_logits.shape)} for one new token: [2, 1, d_vocab].")
+                if not torch.allclose(new_logits, full[:, pos : pos + 1], atol=1e-4, rtol=1e-4):
+                    _diagnose_step(model, course, kvs, tokens, pos, cfg, name)
+            new_logits, kvs = _step(model, tokens[:, 7:10], kvs, f"{name}(three new tokens, past_kvs)")
+            if not torch.allclose(new_logits, full[:, 7:10], atol=1e-4, rtol=1e-4):
+                bad = (new_logits - full[:, 7:10]).abs().amax(dim=(0, 2)) > 1e-3
+                fail(
+                    f"{name}: three new tokens after 7 cached ones give logits that differ from a full recompute "
+                    f"at new positions {bad.nonzero().flatten().tolist()} (of 0-2), while one token at a time was "
+                    "right: the new queries sit at positions 7-9, so their causal mask is the LAST 3 rows of the "
+                    "10 x 10 mask (query i sees keys up to 7 + i), not its first rows."
+                )
+        finally:
+            hook.remove()
+    print(f"{name} passed: cached logits match a full recompute at every step; the cache matches TransformerLens's.")
+
+
+def _diagnose_step(model, course, kvs, tokens: Tensor, pos: int, cfg: Config, name: str) -> None:
+    """The cached logits at `pos` are wrong: find out whether the new token's keys are, and if so why."""
+    tl_kvs = _tl_cache(course, cfg, tokens[:, : pos + 1])
+    k_new, tk_new = kvs[0][0][:, pos], tl_kvs[0][0][:, pos]
+    if not torch.allclose(k_new, tk_new, atol=1e-4):
+        # Recompute layer 0's key for the new token as if it stood at position 0.
+        block = course.blocks[0]
+        x = course.embed(tokens[:, pos : pos + 1]) + course.pos_embed.W_pos[:1]
+        k0 = torch.einsum("bpm,nmh->bpnh", block.ln1(x), block.attn.W_K) + block.attn.b_K
+        if torch.allclose(k_new, k0[:, 0], atol=1e-4):
+            fail(
+                f"{name}: the token at position {pos} was given the positional embedding of position 0: add "
+                f"W_pos[offset : offset + new] where offset is the number of cached positions ({pos})."
+            )
+        fail(f"{name}: the key cached for the new token at position {pos} (layer 0) differs from TransformerLens's.")
+    fail(
+        f"{name}: at position {pos} the new token's cached key is right but its logits differ from a full "
+        "recompute. Check that the new query attends to every cached key and itself (its causal-mask row is the "
+        "last row of the full mask, which hides nothing), and that past keys/values are concatenated before the "
+        "new ones."
+    )
+
+
+def cached_generate_test(cached_generate, KVCacheTransformer) -> None:
+    """Checks `cached_generate(model, tokens [batch pos], max_new_tokens)`: greedy, one forward of one token a step."""
+    name = getattr(cached_generate, "__name__", "cached_generate")
+    cfg = _CFG
+    course = _course_model(cfg, seed=2)
+    model = _learner_model(KVCacheTransformer, course, cfg)
+    prompt = torch.randint(0, cfg.d_vocab, (2, 3), generator=torch.Generator().manual_seed(3))
+    expected = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            expected = torch.cat([expected, course(expected)[:, -1:].argmax(-1)], dim=1)
+    lengths = []
+    hook = model.embed.register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[-1]))
+    try:
+        with torch.no_grad():
+            first = call(cached_generate, model, prompt.clone(), 6, what=f"{name}(model, tokens, 6)")
+            calls = list(lengths)
+            second = call(cached_generate, model, prompt.clone(), 6, what=f"{name}(model, tokens, 6)")
+    finally:
+        hook.remove()
+    if not isinstance(first, Tensor) or first.shape != expected.shape:
+        fail(f"{name} returned {getattr(first, 'shape', type(first).__name__)}; expected shape {list(expected.shape)}.")
+    if not torch.equal(first, expected):
+        fail(f"{name} differs from greedy decoding with a full recompute: got {first.tolist()}, "
+             f"expected {expected.tolist()}.")
+    if not torch.equal(second, first):
+        fail(f"{name} gave a different answer when called a second time: the cache was kept from the first call. "
+             "Start every call with an empty cache.")
+    if calls[:1] != [3] or any(n != 1 for n in calls[1:]):
+        fail(f"{name} embedded {calls} tokens per forward: the prompt once, then only the one new token each step.")
+    try:
+        too_long = call(cached_generate, model, prompt.clone(), cfg.n_ctx, what=f"{name}(model, tokens, n_ctx)")
+    except AssertionError as err:
+        if isinstance(err.__cause__, (ValueError, RuntimeError, AssertionError, IndexError)) and "n_ctx" in str(err):
+            print(f"{name} passed: equals greedy decoding with full recomputes, one new token per step.")
+            return
+        fail(f"{name} failed past n_ctx without saying so ({err}): raise a ValueError that mentions n_ctx.")
+    fail(f"{name} generated past n_ctx={cfg.n_ctx} (shape {list(too_long.shape)}): raise a ValueError naming n_ctx.")

@@ -1,0 +1,574 @@
+"""Checks for notebook 07's decoding exercises: temperature, top-k, top-p, the frequency penalty, the full sampler,
+batched generation with end-of-text, and beam search.
+
+The oracles are independent of the learner's code: `transformers`' own logits warpers for temperature, top-k and
+top-p; counting by `scatter_add` for the penalty; the exact probabilities those give for the sampler (compared with
+the frequencies of many draws); `GPT2LMHeadModel.generate` and small "scripted" language models whose best answers
+are known (greedy, exhaustive search) for generation and beam search. When an output is wrong, the usual mistakes
+are recomputed on the same input and the one that matches is named.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import warnings
+
+import torch
+from torch import Tensor, nn
+
+from harness._assertions import as_tensor_output, call, fail
+
+__all__ = [
+    "beam_search_test",
+    "frequency_penalty_test",
+    "generate_test",
+    "sample_next_token_test",
+    "temperature_test",
+    "top_k_test",
+    "top_p_test",
+]
+
+NEG_INF = float("-inf")
+
+
+def _kcall(fn, *args, what: str, **kwargs):
+    """`call` with keyword arguments."""
+    return call(functools.partial(fn, **kwargs), *args, what=what)
+
+
+def _name(fn, default: str) -> str:
+    if not callable(fn):
+        fail(f"Expected the function itself, got {type(fn).__name__}.")
+    return getattr(fn, "__name__", default)
+
+
+def _logits(seed: int, batch: int = 4, d_vocab: int = 40, scale: float = 3.0) -> Tensor:
+    return scale * torch.randn(batch, d_vocab, generator=torch.Generator().manual_seed(seed))
+
+
+def _run_filter(fn, name: str, logits: Tensor, *args) -> Tensor:
+    given = logits.clone()
+    out = as_tensor_output(call(fn, given, *args, what=f"{name}(logits, {', '.join(map(repr, args))})"), name)
+    if not torch.equal(given, logits):
+        fail(f"{name} modified `logits` in place: work on a copy (e.g. logits.masked_fill(...), not masked_fill_).")
+    if tuple(out.shape) != tuple(logits.shape):
+        fail(f"{name} returned shape {list(out.shape)}, expected {list(logits.shape)} (the same as `logits`).")
+    if out.isnan().any():
+        fail(f"{name} returned NaN values.")
+    return out
+
+
+def _same_filter(out: Tensor, expected: Tensor) -> bool:
+    """The same kept entries with the same values, and -inf exactly where the oracle removed a token."""
+    if not torch.equal(torch.isneginf(out), torch.isneginf(expected)):
+        return False
+    kept = ~torch.isneginf(expected)
+    return torch.allclose(out[kept], expected[kept], atol=1e-5, rtol=1e-5)
+
+
+def _kept_counts(t: Tensor) -> list[int]:
+    return (~torch.isneginf(t)).sum(-1).tolist()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Temperature
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def temperature_test(apply_temperature) -> None:
+    """Checks `apply_temperature(logits [batch d_vocab], temperature) -> logits`; temperature 0 means greedy."""
+    from transformers import TemperatureLogitsWarper
+
+    name = _name(apply_temperature, "apply_temperature")
+    logits = _logits(0)
+    for temperature in (0.5, 1.0, 2.0):
+        out = _run_filter(apply_temperature, name, logits, temperature)
+        expected = TemperatureLogitsWarper(temperature)(None, logits.clone())
+        # Any per-row shift of the logits gives the same distribution, so compare distributions.
+        if torch.allclose(out.softmax(-1), expected.softmax(-1), atol=1e-5):
+            continue
+        probs = logits.softmax(-1)
+        variants = {
+            "multiplies the logits by the temperature: divide them by it (a temperature above 1 must flatten)": (
+                logits * temperature
+            ),
+            "applies the temperature after the softmax (to probabilities): divide the logits, then softmax": (
+                probs / temperature
+            ),
+            "returns probabilities, not logits: return logits / temperature (the softmax comes later)": (
+                (logits / temperature).softmax(-1)
+            ),
+        }
+        for cause, candidate in variants.items():
+            if torch.allclose(out, candidate, atol=1e-5) or torch.allclose(
+                out.softmax(-1), candidate.softmax(-1), atol=1e-5
+            ):
+                fail(f"{name} at temperature {temperature}: it {cause}.")
+        fail(
+            f"{name} at temperature {temperature} gives a distribution that differs from softmax(logits / "
+            f"temperature) (largest difference in probability "
+            f"{(out.softmax(-1) - expected.softmax(-1)).abs().max().item():.3g})."
+        )
+    try:
+        out = _run_filter(apply_temperature, name, logits, 0.0)
+    except AssertionError as err:
+        if isinstance(err.__cause__, ZeroDivisionError) or "ZeroDivisionError" in str(err):
+            fail(f"{name} divides by zero at temperature 0: treat 0 as greedy (keep only each row's argmax).")
+        raise
+    probs = out.softmax(-1)
+    if out.isinf().all(-1).any() or probs.isnan().any():
+        fail(f"{name} at temperature 0 removed every token of a row: keep each row's argmax.")
+    if not torch.equal(probs.argmax(-1), logits.argmax(-1)) or (probs.max(-1).values < 1 - 1e-6).any():
+        fail(
+            f"{name} at temperature 0 must make sampling greedy: all the probability on each row's argmax (e.g. -inf "
+            f"everywhere else); the largest probability is {probs.max(-1).values.min().item():.3g} on some row."
+        )
+    print(f"{name} passed: matches transformers' TemperatureLogitsWarper at 0.5, 1 and 2, and is greedy at 0.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Top-k
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def top_k_test(top_k_filter) -> None:
+    """Checks `top_k_filter(logits [batch d_vocab], k)`: every token below the k-th largest logit of its row -> -inf."""
+    from transformers import TopKLogitsWarper
+
+    name = _name(top_k_filter, "top_k_filter")
+    ties = torch.tensor([[5.0, 1.0, 5.0, 3.0, 5.0, 0.0, 2.0, -1.0], [0.0, 4.0, 1.0, 3.0, 2.0, 6.0, 5.0, 7.0]])
+    cases = [(_logits(1), 5), (_logits(2), 1), (ties, 2), (_logits(3, d_vocab=12), 12), (_logits(4, d_vocab=12), 50)]
+    for logits, k in cases:
+        out = _run_filter(top_k_filter, name, logits, k)
+        expected = TopKLogitsWarper(top_k=k, filter_value=NEG_INF)(None, logits.clone())
+        if _same_filter(out, expected):
+            continue
+        where = f"with k={k} on logits of shape {list(logits.shape)}"
+        got, want = _kept_counts(out), _kept_counts(expected)
+        removed = torch.isneginf(expected) & ~torch.isneginf(out)
+        if removed.any() and torch.equal(out[~torch.isneginf(expected)], expected[~torch.isneginf(expected)]):
+            changed = out[removed & (out != logits)]
+            if changed.numel():
+                value = changed[0].item()
+                fail(f"{name} {where}: removed tokens must become -inf, not {value:g} (they keep some probability).")
+        if k >= logits.shape[-1] and got != want:
+            fail(f"{name} {where}: with k >= d_vocab every token stays; it kept {got} per row.")
+        if all(g == w + 1 for g, w in zip(got, want)):
+            fail(f"{name} {where}: keeps k + 1 tokens per row ({got}): an off-by-one in the threshold index.")
+        if all(g == w - 1 for g, w in zip(got, want)):
+            fail(f"{name} {where}: keeps k - 1 tokens per row ({got}): an off-by-one in the threshold index.")
+        row0 = logits.topk(min(k, logits.shape[-1]), dim=-1).values[0, -1]
+        if _same_filter(out, logits.masked_fill(logits < row0, NEG_INF)):
+            fail(f"{name} {where}: every row used the first row's threshold: take the k-th largest value per row.")
+        if logits is ties:
+            fail(
+                f"{name} {where}: on a row with ties at the k-th value it kept {got[0]} tokens where {want[0]} are due: "
+                "keep every token whose logit equals the k-th largest (as transformers does)."
+            )
+        fail(f"{name} {where}: kept {got} tokens per row where {want} are due, or changed the kept values.")
+    print(f"{name} passed: matches transformers' TopKLogitsWarper, ties and k >= d_vocab included.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Top-p
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _top_p_without_crossing(logits: Tensor, p: float) -> Tensor:
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    cumulative = sorted_logits.softmax(-1).cumsum(-1)
+    remove_sorted = cumulative > p
+    remove_sorted[..., 0] = False
+    return logits.masked_fill(remove_sorted.scatter(-1, order, remove_sorted), NEG_INF)
+
+
+def _top_p_unscattered(logits: Tensor, p: float, keep: int) -> Tensor:
+    """The right mask, computed in sorted order, applied to the logits in vocabulary order."""
+    sorted_logits = logits.sort(dim=-1, descending=True).values
+    probs = sorted_logits.softmax(-1)
+    remove_sorted = probs.cumsum(-1) - probs >= p
+    remove_sorted[..., :keep] = False
+    return logits.masked_fill(remove_sorted, NEG_INF)
+
+
+def top_p_test(top_p_filter) -> None:
+    """Checks `top_p_filter(logits, p, min_tokens_to_keep=1)`: nucleus filtering, the crossing token kept."""
+    from transformers import TopPLogitsWarper
+
+    name = _name(top_p_filter, "top_p_filter")
+    cases = [(_logits(5, scale=2.0), 0.9, 1), (_logits(6, scale=1.0), 0.5, 1), (_logits(7, scale=4.0), 0.01, 3)]
+    for logits, p, keep in cases:
+        out = _run_filter(top_p_filter, name, logits, p, keep)
+        expected = TopPLogitsWarper(top_p=p, filter_value=NEG_INF, min_tokens_to_keep=keep)(None, logits.clone())
+        if _same_filter(out, expected):
+            continue
+        where = f"with p={p}, min_tokens_to_keep={keep}"
+        got, want = _kept_counts(out), _kept_counts(expected)
+        if _same_filter(out, _top_p_unscattered(logits, p, keep)):
+            fail(f"{name} {where}: the mask is in sorted order: scatter it back to vocabulary order.")
+        if _same_filter(out, _top_p_without_crossing(logits, p)) or all(g == w - 1 for g, w in zip(got, want)):
+            fail(
+                f"{name} {where}: it drops the token whose probability crosses p (kept {got}, due {want}): keep the "
+                "smallest set whose total probability reaches p, the crossing token included."
+            )
+        if keep > 1 and any(g < keep for g in got):
+            fail(f"{name} {where}: kept {got} tokens per row: never fewer than min_tokens_to_keep.")
+        fail(f"{name} {where}: kept {got} tokens per row where {want} are due, or changed the kept values.")
+    print(f"{name} passed: matches transformers' TopPLogitsWarper, the crossing token and min_tokens_to_keep included.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Frequency penalty
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _counts(tokens: Tensor, d_vocab: int) -> Tensor:
+    return torch.zeros(tokens.shape[0], d_vocab).scatter_add(1, tokens, torch.ones(tokens.shape, dtype=torch.float32))
+
+
+def frequency_penalty_test(apply_frequency_penalty) -> None:
+    """Checks `apply_frequency_penalty(logits [batch d_vocab], tokens [batch pos], penalty)`."""
+    name = _name(apply_frequency_penalty, "apply_frequency_penalty")
+    logits = _logits(8, batch=3, d_vocab=10)
+    tokens = torch.tensor([[1, 1, 1, 4, 9, 4], [0, 2, 2, 2, 2, 7], [5, 6, 5, 6, 5, 3]])
+    for penalty in (0.5, 1.5):
+        given_tokens = tokens.clone()
+        out = as_tensor_output(
+            call(apply_frequency_penalty, logits.clone(), given_tokens, penalty, what=f"{name}(logits, tokens, p)"),
+            name,
+        )
+        if not torch.equal(given_tokens, tokens):
+            fail(f"{name} modified `tokens` in place.")
+        counts = _counts(tokens, logits.shape[-1])
+        expected = logits - penalty * counts
+        if tuple(out.shape) == tuple(logits.shape) and torch.allclose(out, expected, atol=1e-5):
+            continue
+        if tuple(out.shape) != tuple(logits.shape):
+            fail(f"{name} returned shape {list(out.shape)}, expected {list(logits.shape)}.")
+        if torch.allclose(out, logits - penalty * (counts > 0).float(), atol=1e-5):
+            fail(f"{name} subtracts the penalty once per token present (presence); subtract it once per occurrence.")
+        if torch.allclose(out, logits - penalty * _counts(tokens[:1].expand_as(tokens), logits.shape[-1]), atol=1e-5):
+            fail(f"{name} used the first row's counts for every row: count each row's own tokens.")
+        if torch.allclose(out, logits + penalty * counts, atol=1e-5):
+            fail(f"{name} adds the penalty: subtract it, so repeated tokens become less likely.")
+        fail(f"{name} differs from logits - penalty * (occurrences of each token in its row).")
+    print(f"{name} passed: subtracts penalty x count of each token, row by row.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The full sampler
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _processed(logits, tokens, temperature, top_k, top_p, penalty, order=("penalty", "temperature", "top_k", "top_p")):
+    """The logits after the processors, in `order` (transformers' order by default), by independent code."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    x = logits.clone()
+    for step in order:
+        if step == "penalty" and penalty:
+            x = x - penalty * _counts(tokens, x.shape[-1])
+        elif step == "temperature" and temperature != 1.0:
+            x = TemperatureLogitsWarper(temperature)(None, x)
+        elif step == "top_k" and top_k is not None:
+            x = TopKLogitsWarper(top_k=top_k, filter_value=NEG_INF)(None, x)
+        elif step == "top_p" and top_p is not None:
+            x = TopPLogitsWarper(top_p=top_p, filter_value=NEG_INF)(None, x)
+    return x
+
+
+def sample_next_token_test(sample_next_token) -> None:
+    """Checks `sample_next_token(logits, tokens, temperature, top_k, top_p, frequency_penalty, generator)`.
+
+    Three rows, each repeated N times in one batched call: the frequency of each token is compared with its exact
+    probability after the processors. The tolerance on the total-variation distance, 0.06, is exceeded by a correct
+    sampler with probability at most 2^V exp(-2 N 0.06^2) ~ 2e-6 per row (V=12, N=3000), and the seed is fixed.
+    """
+    name = _name(sample_next_token, "sample_next_token")
+    rows = torch.tensor(
+        [
+            [3.0, 2.9, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -1.0, -2.0, -3.0, -4.0],
+            [0.0, 1.0, 2.0, 3.0, 2.5, 1.5, 0.5, -0.5, 2.2, 2.8, -1.0, 0.2],
+            [1.0, 1.1, 0.9, 1.2, 0.1, -0.2, 0.35, -0.1, -1.0, -1.3, 2.0, -2.0],  # no ties after the penalty
+        ]
+    )
+    history = torch.tensor([[0, 0, 0, 1, 5, 5], [3, 3, 9, 9, 9, 1], [10, 10, 10, 10, 0, 2]])
+    n = 3000
+    settings = {"temperature": 1.6, "top_k": 6, "top_p": 0.75, "frequency_penalty": 0.6}
+    logits, tokens = rows.repeat_interleave(n, 0), history.repeat_interleave(n, 0)
+
+    def draw(seed: int, **kw) -> Tensor:
+        kwargs = {**settings, **kw, "generator": torch.Generator().manual_seed(seed)}
+        out = _kcall(sample_next_token, logits.clone(), tokens.clone(), **kwargs, what=f"{name}(...)")
+        out = as_tensor_output(out, name)
+        if out.dim() == 2 and out.shape[1] == 1:
+            out = out[:, 0]
+        if tuple(out.shape) != (logits.shape[0],):
+            fail(f"{name} returned shape {list(out.shape)} for {logits.shape[0]} rows: return one token id per row.")
+        if out.dtype not in (torch.int64, torch.int32):
+            fail(f"{name} returned dtype {out.dtype}: return token ids (torch.long).")
+        return out.long()
+
+    first = draw(0)
+    if not torch.equal(first, draw(0)):
+        fail(f"{name} gave different draws for the same seeded generator: pass `generator` to torch.multinomial.")
+    if torch.equal(first, draw(1)):
+        fail(f"{name} gave the same draws for two different seeds: it ignores `generator`, or does not sample.")
+
+    def tv(freq: Tensor, probs: Tensor) -> float:
+        return 0.5 * (freq - probs).abs().sum().item()
+
+    freqs = torch.stack([torch.bincount(first[r * n : (r + 1) * n], minlength=12).float() / n for r in range(3)])
+    args = (rows, history, settings["temperature"], settings["top_k"], settings["top_p"], settings["frequency_penalty"])
+    expected = _processed(*args).softmax(-1)
+    distances = [tv(freqs[r], expected[r]) for r in range(3)]
+    if max(distances) > 0.06:
+        for order in itertools.permutations(("penalty", "temperature", "top_k", "top_p")):
+            variant = _processed(*args, order=order).softmax(-1)
+            if tv(variant.flatten(), expected.flatten()) > 0.2 and all(
+                tv(freqs[r], variant[r]) <= 0.06 for r in range(3)
+            ):
+                fail(
+                    f"{name} applies the processors in the order {' -> '.join(order)}; transformers' order is "
+                    "frequency penalty -> temperature -> top-k -> top-p, then one draw from the softmax."
+                )
+        outside = (freqs > 0) & (expected == 0)
+        if outside.any():
+            fail(
+                f"{name} drew tokens that top-k/top-p must have removed (e.g. token {int(outside.nonzero()[0, 1])}): "
+                "filter before the softmax, and sample from what is left."
+            )
+        fail(
+            f"{name}: the frequencies of {n} draws per row differ from the probabilities after penalty, temperature, "
+            f"top-k and top-p (total-variation distances {[round(d, 3) for d in distances]}, tolerance 0.06)."
+        )
+    greedy = draw(0, temperature=0.0, top_k=None, top_p=None)
+    want = (rows - 0.6 * _counts(history, 12)).argmax(-1).repeat_interleave(n)
+    if not torch.equal(greedy, want):
+        fail(f"{name} at temperature 0 must return each row's argmax (after the frequency penalty).")
+    print(f"{name} passed: {3 * n} draws match the processed distributions (TV <= 0.06); temperature 0 is greedy.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Scripted language models: logits that depend only on the last token, so the best answers are known exactly
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class _Cfg:
+    def __init__(self, d_vocab: int, n_ctx: int = 256):
+        self.d_vocab, self.n_ctx = d_vocab, n_ctx
+
+
+class ScriptedLM(nn.Module):
+    """A "language model" whose next-token logits are a fixed row of `table` chosen by the current token."""
+
+    def __init__(self, table: Tensor, n_ctx: int = 256):
+        super().__init__()
+        self.cfg = _Cfg(table.shape[-1], n_ctx)
+        self.register_buffer("table", table.float())
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        if tokens.shape[-1] > self.cfg.n_ctx:
+            raise ValueError(f"{tokens.shape[-1]} tokens but n_ctx = {self.cfg.n_ctx}")
+        return self.table[tokens]
+
+
+def _successor_table(d_vocab: int, eos: int) -> Tensor:
+    """Token t is followed by t + 1 (strongly), so a row reaches `eos` when it gets there; after eos comes 0."""
+    table = torch.zeros(d_vocab, d_vocab)
+    for t in range(d_vocab):
+        table[t, (t + 1) % d_vocab] = 5.0
+        table[t, (t + 3) % d_vocab] = 2.0
+    return table
+
+
+def _greedy_reference(model, tokens: Tensor, max_new: int, eos: int) -> Tensor:
+    done = torch.zeros(tokens.shape[0], dtype=torch.bool)
+    for _ in range(max_new):
+        nxt = model(tokens)[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+        tokens = torch.cat([tokens, nxt[:, None]], dim=1)
+        done |= nxt == eos
+        if done.all():
+            break
+    return tokens
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def generate_test(generate) -> None:
+    """Checks `generate(model, tokens [batch pos], max_new_tokens, eos_token_id=..., **sampling)`, greedy and sampled.
+
+    With temperature 0 it must agree with an exact greedy decoder on a scripted model (rows finishing at different
+    steps) and with `GPT2LMHeadModel.generate` on the reference's weights.
+    """
+    name = _name(generate, "generate")
+    d_vocab, eos = 12, 11
+    model = ScriptedLM(_successor_table(d_vocab, eos))
+    prompt = torch.tensor([[0, 8, 9], [0, 1, 2], [0, 3, 4]])  # row 0 reaches eos after 2 new tokens
+    out = as_tensor_output(
+        _kcall(generate, model, prompt.clone(), 6, eos_token_id=eos, temperature=0.0, what=f"{name}(...)"), name
+    )
+    expected = _greedy_reference(model, prompt, 6, eos)
+    if tuple(out.shape[:1]) != (3,) or out.dim() != 2:
+        fail(f"{name} returned shape {list(out.shape)}: expected [batch, prompt + new tokens] = [3, 9].")
+    if not torch.equal(out[:, :3], prompt):
+        fail(f"{name} must return the prompt followed by the new tokens; the first 3 columns differ from the prompt.")
+    if out.shape == expected.shape and torch.equal(out, expected):
+        pass
+    elif out.shape[1] == expected.shape[1] and (out == out[:1]).all():
+        fail(f"{name} gave every row the same new tokens: sample each row from its own logits (batch dimension).")
+    elif eos in out[0, :5].tolist() and (out[0, 5:] != eos).any():
+        fail(
+            f"{name} kept generating after row 0 emitted <|endoftext|> (got {out[0].tolist()}): once a row has "
+            "finished, give it eos (padding) and stop when every row has finished."
+        )
+    else:
+        fail(f"{name} with temperature 0: expected {expected.tolist()}, got {out.tolist()}.")
+    _generate_matches_hf(generate, name)
+    g = torch.Generator().manual_seed(0)
+    sampled = as_tensor_output(
+        _kcall(generate, model, prompt[1:].clone(), 4, eos_token_id=eos, temperature=1.0, generator=g, what=name), name
+    )
+    if sampled.shape != (2, 7) or (sampled < 0).any() or (sampled >= d_vocab).any():
+        fail(f"{name} with temperature 1 returned {sampled.tolist()}: expected 2 rows of 7 valid token ids.")
+    print(f"{name} passed: greedy rows stop at <|endoftext|> one by one, and match GPT2LMHeadModel.generate.")
+
+
+def _hf_reference_model():
+    from transformers import GPT2LMHeadModel
+
+    from harness.reference import OFFLINE_MODEL_DIR, load_reference_gpt2
+
+    reference = load_reference_gpt2()
+    if reference.cfg.model_name != "gpt2" and (OFFLINE_MODEL_DIR / "config.json").exists():
+        hf = GPT2LMHeadModel.from_pretrained(OFFLINE_MODEL_DIR, dtype="float32").eval()
+    else:
+        hf = GPT2LMHeadModel.from_pretrained("gpt2", dtype="float32").eval()
+    return reference, hf
+
+
+def _generate_matches_hf(generate, name: str) -> None:
+    reference, hf = _hf_reference_model()
+    prompt = reference.to_tokens("O Romeo, Romeo,").repeat(2, 1)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = hf.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=8,
+            do_sample=False,
+            eos_token_id=50256,
+            pad_token_id=50256,
+        )
+        got = as_tensor_output(
+            _kcall(generate, reference, prompt.clone(), 8, eos_token_id=50256, temperature=0.0, what=name), name
+        )
+    if got.shape != want.shape or not torch.equal(got, want):
+        fail(
+            f"{name} with temperature 0 on the reference model differs from GPT2LMHeadModel.generate(do_sample="
+            f"False): got {got[:, prompt.shape[1]:].tolist()}, expected {want[:, prompt.shape[1]:].tolist()}."
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Beam search
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _exhaustive(model, prompt: Tensor, max_new: int, eos: int) -> tuple[list[int], float]:
+    """The continuation with the highest summed log-probability over every sequence (ending at eos or max_new)."""
+    best, best_score = None, -math.inf
+    d_vocab = model.cfg.d_vocab
+    for length in range(1, max_new + 1):
+        for seq in itertools.product(range(d_vocab), repeat=length):
+            if any(t == eos for t in seq[:-1]) or (length < max_new and seq[-1] != eos):
+                continue
+            tokens = torch.cat([prompt[0], torch.tensor(seq)])
+            log_probs = model(tokens[None])[0].log_softmax(-1)
+            score = sum(log_probs[prompt.shape[1] - 1 + i, t].item() for i, t in enumerate(seq))
+            if score > best_score:
+                best, best_score = list(seq), score
+    return best, best_score
+
+
+def _trap_table() -> Tensor:
+    """From token 0, token 1 is likeliest, but every continuation of 1 is unlikely, while 2 -> 3 is near-certain.
+
+    No two probabilities of a row are equal, so greedy and beam search have one answer each.
+    """
+    probs = torch.full((5, 5), 1e-3)
+    probs[0] = torch.tensor([1e-3, 0.5, 0.4, 0.06, 0.04])
+    probs[1] = torch.tensor([0.26, 0.25, 0.24, 0.23, 2e-2])
+    probs[2] = torch.tensor([1e-3, 2e-3, 3e-3, 0.99, 4e-3])
+    probs[3] = torch.tensor([0.3, 0.22, 0.2, 0.1, 0.18])
+    probs[4] = torch.tensor([0.2, 0.2, 0.2, 0.2, 0.2])
+    return (probs / probs.sum(-1, keepdim=True)).log()
+
+
+def beam_search_test(beam_search) -> None:
+    """Checks `beam_search(model, tokens [1 pos], num_beams, max_new_tokens, no_repeat_ngram_size=0, eos_token_id)`."""
+    name = _name(beam_search, "beam_search")
+    eos = 4
+    model = ScriptedLM(_trap_table())
+    prompt = torch.tensor([[0]])
+
+    def run(num_beams, max_new, ngram=0, m=model, p=prompt, eos_id=eos):
+        out = _kcall(
+            beam_search,
+            m,
+            p.clone(),
+            num_beams,
+            max_new,
+            no_repeat_ngram_size=ngram,
+            eos_token_id=eos_id,
+            what=f"{name}(model, tokens, num_beams={num_beams}, max_new_tokens={max_new})",
+        )
+        out = as_tensor_output(out, name)
+        if out.dim() != 2 or out.shape[0] != 1 or not torch.equal(out[:, : p.shape[1]], p):
+            fail(f"{name} must return [1, prompt + new tokens] starting with the prompt; got {out.tolist()}.")
+        return out[0, p.shape[1] :].tolist()
+
+    greedy = _greedy_reference(model, prompt, 3, eos)[0, 1:].tolist()
+    got = run(1, 3)
+    if got != greedy:
+        fail(f"{name} with num_beams=1 must equal greedy decoding {greedy}; got {got}.")
+    best, _ = _exhaustive(model, prompt, 3, eos)
+    got = run(25, 3)  # 25 >= 5^2 beams: beam search is then exhaustive
+    if got != best:
+        hint = ""
+        if got[:1] == greedy[:1]:
+            hint = (
+                " It followed the likeliest first token: keep the best `num_beams` candidates among the children "
+                "of every beam, not only the best parent's."
+            )
+        fail(f"{name} with enough beams to be exhaustive must find {best} (highest summed log-probability); got "
+             f"{got}.{hint}")
+    # 40 steps of probabilities near 1/50 multiply to ~1e-68: zero in float32, so products cannot rank the beams.
+    flat = torch.zeros(50, 50)
+    flat[torch.arange(50), (torch.arange(50) * 7 + 3) % 50] = 0.3
+    long_model = ScriptedLM(flat)
+    want = _greedy_reference(long_model, torch.tensor([[1]]), 40, 49)[0, 1:].tolist()
+    got = run(2, 40, m=long_model, p=torch.tensor([[1]]), eos_id=49)
+    if got != want:
+        fail(
+            f"{name} over 40 steps differs from the best sequence ({want[:6]}...): products of probabilities "
+            "underflow to 0 in float32; add log-probabilities instead."
+        )
+    loop = torch.full((6, 6), -4.0)
+    for a, b in ((0, 1), (1, 0), (2, 3), (3, 2)):
+        loop[a, b] = 3.0
+    loop[0, 2] = loop[1, 2] = 1.0
+    loop_model = ScriptedLM(loop)
+    got = run(2, 8, ngram=2, m=loop_model, p=torch.tensor([[0]]), eos_id=5)
+    seq = [0] + got
+    bigrams = list(itertools.pairwise(seq))
+    if len(bigrams) != len(set(bigrams)):
+        fail(f"{name} with no_repeat_ngram_size=2 repeated a 2-gram: {seq}. Ban any token that would complete an "
+             "n-gram already in the sequence (its logit -> -inf) before choosing.")
+    print(f"{name} passed: width 1 is greedy, enough beams is exhaustive, log-probabilities add, no repeated n-grams.")
