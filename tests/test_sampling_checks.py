@@ -1,0 +1,216 @@
+"""Notebook 07's checks: the solutions pass; realistic wrong versions fail with a message that names the mistake.
+
+Each wrong version is the solution's own code with one realistic change, so it differs by exactly one mistake.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import harness
+from harness import components
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "solutions" / "07_sampling_and_kv_cache.ipynb"
+EXERCISES = [
+    "def apply_temperature",
+    "def top_k_filter",
+    "def top_p_filter",
+    "def apply_frequency_penalty",
+    "def sample_next_token",
+    "def generate",
+    "def beam_search",
+    "class KVCacheAttention",
+    "class KVCacheTransformer",
+    "def cached_generate",
+]
+
+
+def _solution_source() -> dict[str, str]:
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    sources = {}
+    for cell in cells:
+        text = "".join(cell["source"])
+        for head in EXERCISES:
+            if cell["cell_type"] == "code" and head in text:
+                sources[head] = text
+    return sources
+
+
+SOURCES = _solution_source()
+
+
+def build(**changes: tuple[str, str]) -> dict:
+    """The solution's definitions, with `old -> new` replaced in the named exercises (e.g. top_k_filter=(a, b))."""
+    previous = components("05_full_gpt2")
+    namespace = {
+        "torch": torch,
+        "math": __import__("math"),
+        "einops": __import__("einops"),
+        "Tensor": torch.Tensor,
+        "Float": __import__("jaxtyping").Float,
+        "Int": __import__("jaxtyping").Int,
+        "Config": harness.Config,
+        "Attention": previous.Attention,
+        "DemoTransformer": previous.DemoTransformer,
+        "EOT": 50256,
+    }
+    for head, source in SOURCES.items():
+        key = head.split()[1]
+        pairs = changes.get(key, [])
+        for old, new in [pairs] if isinstance(pairs, tuple) else pairs:
+            assert old in source, f"{old!r} not in {key}"
+            source = source.replace(old, new)
+        exec(compile(source, f"<{key}>", "exec"), namespace)  # noqa: S102 -- the course's own solution code
+    return namespace
+
+
+RIGHT = build()
+
+
+def test_every_exercise_was_found():
+    assert set(SOURCES) == set(EXERCISES)
+
+
+@pytest.mark.parametrize(
+    "check, function",
+    [
+        ("temperature_test", "apply_temperature"),
+        ("top_k_test", "top_k_filter"),
+        ("top_p_test", "top_p_filter"),
+        ("frequency_penalty_test", "apply_frequency_penalty"),
+        ("sample_next_token_test", "sample_next_token"),
+        ("generate_test", "generate"),
+        ("beam_search_test", "beam_search"),
+    ],
+)
+def test_solutions_pass(check, function, capsys):
+    getattr(harness, check)(RIGHT[function])
+    assert "passed" in capsys.readouterr().out
+
+
+def test_kv_cache_solutions_pass(capsys):
+    harness.kv_cache_test(RIGHT["KVCacheTransformer"])
+    harness.cached_generate_test(RIGHT["cached_generate"], RIGHT["KVCacheTransformer"])
+    assert capsys.readouterr().out.count("passed") == 2
+
+
+def test_equivalent_temperature_written_differently_passes():
+    harness.temperature_test(
+        lambda logits, t: RIGHT["apply_temperature"](logits, t) if t == 0 else (logits / t).log_softmax(-1)
+    )
+
+
+TEMPERATURE = "return logits / temperature"
+TOP_K = "threshold = logits.topk(k, dim=-1).values[:, -1:]  # [batch 1]"
+TOP_P_REMOVE = "remove_sorted = mass_before >= p"
+
+WRONG = [
+    ("temperature_test", "apply_temperature", {"apply_temperature": (TEMPERATURE, "return logits * temperature")},
+     "multiplies the logits by the temperature"),
+    ("temperature_test", "apply_temperature",
+     {"apply_temperature": (TEMPERATURE, "return logits.softmax(-1) / temperature")}, "after the softmax"),
+    ("temperature_test", "apply_temperature",
+     {"apply_temperature": (TEMPERATURE, "return (logits / temperature).softmax(-1)")}, "returns probabilities"),
+    ("temperature_test", "apply_temperature", {"apply_temperature": ("if temperature == 0:", "if False:")},
+     "divides by zero at temperature 0"),
+    ("top_k_test", "top_k_filter", {"top_k_filter": (TOP_K, "threshold = logits.topk(k, dim=-1).values[:, -2:-1]")},
+     "k - 1 tokens"),
+    ("top_k_test", "top_k_filter",
+     {"top_k_filter": (TOP_K, "threshold = logits.topk(min(k + 1, logits.shape[-1]), dim=-1).values[:, -1:]")},
+     "k + 1 tokens"),
+    ("top_k_test", "top_k_filter",
+     {"top_k_filter": (TOP_K, "threshold = logits.topk(k, dim=-1).values[:1, -1:]")}, "first row's threshold"),
+    ("top_k_test", "top_k_filter", {"top_k_filter": ('float("-inf"))', "-1e4)")}, "must become -inf"),
+    ("top_k_test", "top_k_filter",
+     {"top_k_filter": ("return logits.masked_fill(logits < threshold, float(\"-inf\"))",
+                       "keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(k, -1).indices, "
+                       "True)\n    return logits.masked_fill(~keep, float(\"-inf\"))")}, "ties"),
+    ("top_p_test", "top_p_filter", {"top_p_filter": (TOP_P_REMOVE, "remove_sorted = probs.cumsum(dim=-1) > p")},
+     "drops the token whose probability crosses p"),
+    ("top_p_test", "top_p_filter",
+     {"top_p_filter": ("remove = remove_sorted.scatter(-1, order, remove_sorted)", "remove = remove_sorted")},
+     "scatter it back"),
+    ("top_p_test", "top_p_filter", {"top_p_filter": ("remove_sorted[:, :min_tokens_to_keep] = False",
+                                                     "remove_sorted[:, :1] = False")}, "min_tokens_to_keep"),
+    ("frequency_penalty_test", "apply_frequency_penalty",
+     {"apply_frequency_penalty": ("return logits - penalty * counts", "return logits - penalty * (counts > 0)")},
+     "presence"),
+    ("frequency_penalty_test", "apply_frequency_penalty",
+     {"apply_frequency_penalty": ("return logits - penalty * counts", "return logits - penalty * counts[:1]")},
+     "first row's counts"),
+    ("sample_next_token_test", "sample_next_token",
+     {"sample_next_token": ("num_samples=1, generator=generator)", "num_samples=1)")}, "same seeded generator"),
+    ("sample_next_token_test", "sample_next_token",
+     {"sample_next_token": ("    logits = apply_temperature(logits, temperature)\n", "")
+      , "top_p_filter": ("return logits.masked_fill(remove, float(\"-inf\"))",
+                         "return logits.masked_fill(remove, float(\"-inf\")) / TEMPERATURE_AFTER")},
+     "order"),
+    ("generate_test", "generate", {"generate": (
+        "next_token = torch.where(finished, torch.full_like(next_token, eos_token_id), next_token)", "pass")},
+     "kept generating after row 0 emitted"),
+    ("generate_test", "generate", {"generate": (
+        "next_token = sample_next_token(logits, tokens, **sampling)  # [batch]",
+        "next_token = sample_next_token(logits, tokens, **sampling)[:1].expand(tokens.shape[0])")},
+     "every row the same new tokens"),
+    ("beam_search_test", "beam_search", {"beam_search": [
+        ("live = [(0.0, tokens[0])]", "live = [(1.0, tokens[0])]"),
+        ("scores = log_probs + torch.tensor([score for score, _ in live])[:, None]",
+         "scores = log_probs.exp() * torch.tensor([score for score, _ in live])[:, None]")]}, "underflow"),
+    ("beam_search_test", "beam_search", {"beam_search": (
+        "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
+        "scores = scores[:1]\n        top = scores.flatten().topk(min(2 * num_beams, scores.numel()))")},
+     "not only the best parent's"),
+    ("beam_search_test", "beam_search", {"beam_search": ("if n > 0 and batch.shape[1] >= n:", "if False:")},
+     "repeated a 2-gram"),
+]
+
+
+@pytest.mark.parametrize("check, function, changes, phrase", WRONG, ids=[w[3][:30] for w in WRONG])
+def test_wrong_versions_are_named(check, function, changes, phrase):
+    changes = {k: v for k, v in changes.items() if k in {h.split()[1] for h in EXERCISES}}
+    namespace = build(**changes)
+    namespace["TEMPERATURE_AFTER"] = 1.6
+    with pytest.raises(AssertionError) as err:
+        getattr(harness, check)(namespace[function])
+    assert phrase in str(err.value), str(err.value)
+
+
+KV_WRONG = [
+    ({"KVCacheTransformer": ("self.pos_embed.W_pos[offset : offset + new]", "self.pos_embed.W_pos[:new]")},
+     "positional embedding of position 0"),
+    ({"KVCacheAttention": ("diagonal=total - new + 1)", "diagonal=1)")}, "causal-mask row is the last row"),
+    ({"KVCacheAttention": ("k = torch.cat([past_kv[0], k], dim=1)", "k = torch.cat([past_kv[0], k], dim=2)")},
+     "concatenate past and new keys along dim=1"),
+    ({"KVCacheAttention": ("return out, (k, v)", "return out, (v, k)")}, "swapped"),
+]
+
+
+@pytest.mark.parametrize("changes, phrase", KV_WRONG, ids=[w[1][:30] for w in KV_WRONG])
+def test_wrong_kv_caches_are_named(changes, phrase):
+    namespace = build(**changes)
+    with pytest.raises(AssertionError) as err:
+        harness.kv_cache_test(namespace["KVCacheTransformer"])
+    assert phrase in str(err.value), str(err.value)
+
+
+def test_cache_kept_between_calls_is_named():
+    namespace = build(cached_generate=(
+        "    logits, past_kvs = model(tokens)  # the prompt, once\n",
+        "    if getattr(model, 'kept', None) is None:\n        model.kept = model(tokens)\n"
+        "    logits, past_kvs = model.kept\n",
+    ))
+    with pytest.raises(AssertionError) as err:
+        harness.cached_generate_test(namespace["cached_generate"], namespace["KVCacheTransformer"])
+    assert "kept from the first call" in str(err.value), str(err.value)
+
+
+def test_past_n_ctx_without_an_error_is_named():
+    namespace = build(KVCacheTransformer=("        if offset + new > self.cfg.n_ctx:\n", "        if False:\n"))
+    with pytest.raises(AssertionError) as err:
+        harness.cached_generate_test(namespace["cached_generate"], namespace["KVCacheTransformer"])
+    assert "n_ctx" in str(err.value), str(err.value)
