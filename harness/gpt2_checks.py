@@ -280,9 +280,14 @@ def hf_conversion_test(convert) -> None:
         fail(
             f"{name} returned a {type(converted).__name__}; return a dict from the course's parameter names to tensors."
         )
+    removed = sorted(set(untouched) - set(hf_state))
+    if removed or set(hf_state) - set(untouched):
+        fail(
+            f"{name} changed the keys of the state dict it was given (e.g. removed {removed[:3]}): a `pop` or `del` "
+            "empties the caller's dict, so a second conversion fails. Read from it without changing it."
+        )
     for key, before in untouched.items():
-        if key in hf_state:
-            assert_unchanged(before, hf_state[key], f"{name} (on {key})")
+        assert_unchanged(before, hf_state[key], f"{name} (on {key})")
 
     missing = sorted(set(wanted) - set(converted))
     unexpected = sorted(set(converted) - set(wanted))
@@ -324,6 +329,11 @@ def hf_conversion_test(convert) -> None:
     check_tensor(logits, (2, 11, cfg.d_vocab), "DemoTransformer (with your converted weights)")
     summary = mismatch_summary(logits, hf_logits, atol=1e-4, rtol=1e-4)
     if summary is None:
+        again = call(convert, {k: v.clone() for k, v in untouched.items()}, cfg, what=f"{name} (called again)")
+        if not isinstance(again, Mapping) or set(again) != set(converted) or any(
+            not torch.equal(again[k], converted[k]) for k in converted
+        ):
+            fail(f"{name} gave a different result when called a second time on the same input: it must not keep state.")
         diff = (logits - hf_logits).abs().max().item()
         print(
             f"{name} passed: DemoTransformer with the converted weights matches transformers' logits (max |diff| {diff:.1e})."

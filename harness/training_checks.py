@@ -128,12 +128,50 @@ def _lm_loss_diagnosis(value: float, logits: Tensor, tokens: Tensor) -> str:
                 "It averages over the whole vocabulary: gather only the correct token's log-probability.",
             ),
             (right / math.log(2), "It is in bits (log2): use the natural logarithm, as log_softmax does."),
+            (
+                F.cross_entropy(logits.reshape(-1, d_vocab), tokens.roll(-1, dims=1).reshape(-1)).item(),
+                (
+                    "It pairs the last position with the first token (torch.roll wraps around): the last position "
+                    "has no next token; pair logits[:, :-1] with tokens[:, 1:]."
+                ),
+            ),
+            (
+                -logits[:, :-1].log_softmax(1).gather(-1, tokens[:, 1:, None]).mean().item(),
+                "Its log_softmax runs over the positions (dim=1): normalise over the vocabulary, dim=-1.",
+            ),
+            (
+                -logits.log_softmax(1)[:, :-1].gather(-1, tokens[:, 1:, None]).mean().item(),
+                "Its log_softmax runs over the positions (dim=1): normalise over the vocabulary, dim=-1.",
+            ),
+            (
+                _nll(logits, tokens)[tokens[:, 1:] != 0].mean().item(),
+                "It leaves out the targets whose id is 0 (an ignore_index=0?): every token id is a real target.",
+            ),
+            (
+                _nll(logits, tokens)[tokens[:, 1:] != 50256].mean().item(),
+                "It leaves out the <|endoftext|> targets (id 50256): predicting the end of a text is part of the loss.",
+            ),
         ],
     )
 
 
 def lm_loss_test(lm_cross_entropy) -> None:
     """Checks `lm_cross_entropy(logits, tokens) -> scalar`: the mean next-token cross-entropy of a batch."""
+    with torch.enable_grad():  # notebooks often turn gradients off globally; the check backpropagates
+        _lm_loss_test(lm_cross_entropy)
+
+
+def _full_vocabulary_targets() -> tuple[Tensor, Tensor]:
+    """GPT-2's whole vocabulary, with targets that include id 0 and <|endoftext|> (50256): neither may be skipped."""
+    gen = torch.Generator().manual_seed(4)
+    logits = torch.randn(2, 6, 50257, generator=gen)
+    tokens = torch.randint(0, 50257, (2, 6), generator=gen)
+    tokens[0, 2], tokens[1, 1], tokens[1, 4] = 0, 50256, 0
+    tokens[0, 5] = 50256
+    return logits, tokens
+
+
+def _lm_loss_test(lm_cross_entropy) -> None:
     name = getattr(lm_cross_entropy, "__name__", "lm_cross_entropy")
     if not callable(lm_cross_entropy):
         fail(f"Expected the loss function itself, got {type(lm_cross_entropy).__name__}.")
@@ -141,6 +179,7 @@ def lm_loss_test(lm_cross_entropy) -> None:
         ("random logits", _loss_inputs(seed=0)),
         ("a batch of one sequence", _loss_inputs(seed=1, batch=1, pos=5, d_vocab=9)),
         ("logits of large magnitude (about 100)", _large_logits()),
+        ("GPT-2's full vocabulary, with targets 0 and <|endoftext|>", _full_vocabulary_targets()),
     )
     for what, (logits, tokens) in cases:
         batch, pos, d_vocab = logits.shape
@@ -247,10 +286,13 @@ class _StepWatcher:
         self.previous_grad: Tensor | None = None
         self.lrs: list[list[float]] = []
         self.first_lr_unset = False
+        self.optimizers: list = []  # every distinct optimizer that stepped the model (kept alive: ids stay unique)
 
     def __call__(self, optimizer, *_):
         if not any(p is q for group in optimizer.param_groups for p in group["params"] for q in self.params[:1]):
             return
+        if not any(optimizer is seen for seen in self.optimizers):
+            self.optimizers.append(optimizer)
         step, model = self.steps, self.model
         self.steps += 1
         where = f"At optimizer.step() number {step + 1}"
@@ -431,6 +473,12 @@ def train_test(train: Callable, TrainingArgs) -> None:
 
     if watcher.steps == 0:
         fail(f"{name} never called optimizer.step(): without it the parameters never change.")
+    if len(watcher.optimizers) > 1:
+        fail(
+            f"{name} stepped the model with {len(watcher.optimizers)} different optimizers in {watcher.steps} steps: "
+            "create the optimizer once, before the loop. A new AdamW each step forgets its running averages of the "
+            "gradients (and their squares), so every step behaves like the first."
+        )
     if watcher.steps != args.max_steps:
         fail(f"{name} called optimizer.step() {watcher.steps} times in {args.max_steps} steps: call it once per step.")
     n_batches = len(set(watcher.batches))
@@ -548,11 +596,20 @@ def _masked(nll: Tensor, weights: Tensor) -> float:
 
 def masked_loss_test(masked_lm_loss) -> None:
     """Checks `masked_lm_loss(logits, tokens, loss_mask) -> scalar`: the next-token loss over masked tokens only."""
+    with torch.enable_grad():  # notebooks often turn gradients off globally; the check backpropagates
+        _masked_loss_test(masked_lm_loss)
+
+
+def _masked_loss_test(masked_lm_loss) -> None:
     name = getattr(masked_lm_loss, "__name__", "masked_lm_loss")
     if not callable(masked_lm_loss):
         fail(f"Expected the loss function itself, got {type(masked_lm_loss).__name__}.")
-    for seed in (0, 1):
+    for seed in (0, 1, 2, 3):
         logits, tokens, mask = _masked_inputs(seed)
+        if seed == 2:  # the first position set: it is never a target, so a wrong shift or denominator shows
+            mask[:, 0] = True
+        if seed == 3:  # every position: the masked loss is then the plain next-token loss
+            mask[:] = True
         leaf = logits.clone().requires_grad_(True)
         tokens_in, mask_in = tokens.clone(), mask.clone()
         out = _scalar_loss(
@@ -592,6 +649,13 @@ def masked_loss_test(masked_lm_loss) -> None:
                         ),
                     ),
                     (_masked(nll, 1 - target), "The mask is inverted: True marks the tokens to predict."),
+                    (
+                        (nll * target).sum().item() / mask.sum().item(),
+                        (
+                            "It divides by loss_mask.sum(), which counts position 0 (never a target): divide by "
+                            "loss_mask[:, 1:].sum()."
+                        ),
+                    ),
                     (nll.mean().item(), "It ignores the mask: that is the plain next-token loss."),
                     ((nll * target).sum().item(), "It is a sum: take the mean over the masked predictions."),
                     (-expected, "It has the wrong sign."),

@@ -202,6 +202,31 @@ def test_conversion_fails_wrong_functions(convert, message):
         hf_conversion_test(convert)
 
 
+def test_conversion_that_empties_the_callers_dict_is_named(course):
+    def convert_by_popping(hf, cfg):
+        converted = course.convert_hf_gpt2_state_dict(hf, cfg)
+        for key in list(hf):
+            hf.pop(key)  # "nothing else needs it"
+        return converted
+
+    with pytest.raises(AssertionError, match="pop"):
+        hf_conversion_test(convert_by_popping)
+
+
+def test_conversion_that_keeps_state_between_calls_is_named(course):
+    calls = []
+
+    def convert_once(hf, cfg):
+        calls.append(1)
+        converted = course.convert_hf_gpt2_state_dict(hf, cfg)
+        if len(calls) > 1:  # e.g. a module-level cache keyed by nothing, or a counter that shifts layers
+            converted["ln_final.w"] = converted["ln_final.w"] * 2
+        return converted
+
+    with pytest.raises(AssertionError, match="second time"):
+        hf_conversion_test(convert_once)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # cross_entropy_test
 # --------------------------------------------------------------------------------------------------------------------

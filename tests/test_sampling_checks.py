@@ -128,8 +128,8 @@ WRONG = [
     ("top_k_test", "top_k_filter", {"top_k_filter": ('float("-inf"))', "-1e4)")}, "must become -inf"),
     ("top_k_test", "top_k_filter",
      {"top_k_filter": ("return logits.masked_fill(logits < threshold, float(\"-inf\"))",
-                       "keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(k, -1).indices, "
-                       "True)\n    return logits.masked_fill(~keep, float(\"-inf\"))")}, "ties"),
+                       ("keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(k, -1).indices, "
+                        "True)\n    return logits.masked_fill(~keep, float(\"-inf\"))"))}, "ties"),
     ("top_p_test", "top_p_filter", {"top_p_filter": (TOP_P_REMOVE, "remove_sorted = probs.cumsum(dim=-1) > p")},
      "drops the token whose probability crosses p"),
     ("top_p_test", "top_p_filter",
@@ -201,8 +201,10 @@ def test_wrong_kv_caches_are_named(changes, phrase):
 def test_cache_kept_between_calls_is_named():
     namespace = build(cached_generate=(
         "    logits, past_kvs = model(tokens)  # the prompt, once\n",
-        "    if getattr(model, 'kept', None) is None:\n        model.kept = model(tokens)\n"
-        "    logits, past_kvs = model.kept\n",
+        (
+            "    if getattr(model, 'kept', None) is None:\n        model.kept = model(tokens)\n"
+            "    logits, past_kvs = model.kept\n"
+        ),
     ))
     with pytest.raises(AssertionError) as err:
         harness.cached_generate_test(namespace["cached_generate"], namespace["KVCacheTransformer"])

@@ -65,8 +65,30 @@ def loss_item(logits, tokens):
     return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten()).item()
 
 
+def loss_roll(logits, tokens):
+    return F.cross_entropy(logits.flatten(0, 1), tokens.roll(-1, dims=1).flatten())
+
+
+def loss_log_softmax_over_positions(logits, tokens):
+    return -logits[:, :-1].log_softmax(dim=1).gather(-1, tokens[:, 1:, None]).mean()
+
+
+def loss_ignores_id_0(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), ignore_index=0)
+
+
+def loss_ignores_eot(logits, tokens):
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), ignore_index=50256)
+
+
 def test_lm_loss_passes_course_implementation(capsys):
     assert_passes(capsys, lm_loss_test, course.lm_cross_entropy)
+
+
+def test_lm_loss_passes_with_gradients_disabled_globally(capsys):
+    with torch.no_grad():  # as early notebooks leave it: torch.set_grad_enabled(False)
+        assert_passes(capsys, lm_loss_test, course.lm_cross_entropy)
+        assert_passes(capsys, masked_loss_test, course.masked_lm_loss)
 
 
 @pytest.mark.parametrize(
@@ -79,6 +101,10 @@ def test_lm_loss_passes_course_implementation(capsys):
         (loss_softmax, "averages probabilities"),
         (loss_log_of_softmax, "log-sum-exp"),
         (loss_item, "no .item()"),
+        (loss_roll, "wraps around"),
+        (loss_log_softmax_over_positions, "over the positions"),
+        (loss_ignores_id_0, "id is 0"),
+        (loss_ignores_eot, "endoftext"),
     ],
 )
 def test_lm_loss_catches(wrong, match):
@@ -250,6 +276,17 @@ def misnamed_loss(model, optimizer, train_windows, val_windows, step, args):
     return loss  # noqa: F821  (the learner's loop body leaves no `loss` for the code after it)
 
 
+def new_optimizer_every_step(model, optimizer, train_windows, val_windows, step, args):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr_at(step, args), betas=(0.9, 0.95), weight_decay=0.0)
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
 def test_train_passes_course_implementation(capsys):
     assert_passes(capsys, train_test, course.train, course.TrainingArgs)
 
@@ -269,6 +306,7 @@ def test_train_passes_course_implementation(capsys):
         (no_step, "never called optimizer.step"),
         (unshifted_loss, "not those of this step's loss"),
         (misnamed_loss, "name this step's loss `loss`"),
+        (new_optimizer_every_step, "create the optimizer once"),
     ],
 )
 def test_train_catches(wrong, match, capsys):
@@ -333,6 +371,10 @@ def masked_inverted(logits, tokens, loss_mask):
     return next_token_nll(logits, tokens)[~loss_mask[:, 1:]].mean()
 
 
+def masked_by_every_mask_position(logits, tokens, loss_mask):
+    return (next_token_nll(logits, tokens) * loss_mask[:, 1:]).sum() / loss_mask.sum()
+
+
 def test_masked_loss_passes_course_implementation(capsys):
     assert_passes(capsys, masked_loss_test, course.masked_lm_loss)
 
@@ -345,6 +387,7 @@ def test_masked_loss_passes_course_implementation(capsys):
         (masked_per_row, "averages each sequence first"),
         (masked_ignored, "ignores the mask"),
         (masked_inverted, "inverted"),
+        (masked_by_every_mask_position, "counts position 0"),
     ],
 )
 def test_masked_loss_catches(wrong, match):
