@@ -10,7 +10,7 @@ from harness.course import components
 from harness.embedding_checks import sinusoidal_test
 from harness.gpt2_checks import cross_entropy_test, gelu_new_test, greedy_generate_test, hf_conversion_test
 from harness.kv_cache_checks import cached_generate_test, kv_cache_test
-from harness.reference import load_reference_gpt2
+from harness.reference import load_reference_gpt2, reference_checkpoint
 from harness.sampling_checks import (
     beam_search_test,
     frequency_penalty_test,
@@ -45,6 +45,7 @@ __all__ = [
     "param_count_test",
     "rand_float_test",
     "rand_int_test",
+    "reference_checkpoint",
     "reversal_floor_test",
     "sample_next_token_test",
     "sinusoidal_test",

@@ -121,6 +121,12 @@ def resolve_source(source: str = "auto") -> str:
     return "gpt2-small" if _hub_cached() or _hub_reachable() else "offline"
 
 
+def reference_checkpoint(source: str = "auto") -> str:
+    """Where the reference's weights come from, for `GPT2LMHeadModel.from_pretrained`: the hub's id of GPT-2 small,
+    or the folder of the course's offline model (whichever `load_reference_gpt2(source)` loads)."""
+    return _HUB_REPO if resolve_source(source) == "gpt2-small" else str(OFFLINE_MODEL_DIR)
+
+
 def load_reference_gpt2(source: str = "auto"):
     """The course's reference GPT-2 as a TransformerLens `HookedTransformer` (loaded once per process).
 

@@ -445,14 +445,10 @@ def generate_test(generate) -> None:
 def _hf_reference_model():
     from transformers import GPT2LMHeadModel
 
-    from harness.reference import OFFLINE_MODEL_DIR, load_reference_gpt2
+    from harness.reference import load_reference_gpt2, reference_checkpoint
 
     reference = load_reference_gpt2()
-    if reference.cfg.model_name != "gpt2" and (OFFLINE_MODEL_DIR / "config.json").exists():
-        hf = GPT2LMHeadModel.from_pretrained(OFFLINE_MODEL_DIR, dtype="float32").eval()
-    else:
-        hf = GPT2LMHeadModel.from_pretrained("gpt2", dtype="float32").eval()
-    return reference, hf
+    return reference, GPT2LMHeadModel.from_pretrained(reference_checkpoint(), dtype="float32").eval()
 
 
 def _generate_matches_hf(generate, name: str) -> None:
