@@ -10,6 +10,7 @@ from harness.course import components
 from harness.embedding_checks import sinusoidal_test
 from harness.gpt2_checks import cross_entropy_test, gelu_new_test, greedy_generate_test, hf_conversion_test
 from harness.kv_cache_checks import cached_generate_test, kv_cache_test
+from harness.primer_checks import head_scores_test, merge_heads_test, split_heads_test
 from harness.reference import load_reference_gpt2, reference_checkpoint
 from harness.sampling_checks import (
     beam_search_test,
@@ -36,12 +37,14 @@ __all__ = [
     "gpt2_encoding",
     "gpt2_tokenizer",
     "greedy_generate_test",
+    "head_scores_test",
     "hf_conversion_test",
     "kv_cache_test",
     "lm_loss_test",
     "load_gpt2_test",
     "load_reference_gpt2",
     "masked_loss_test",
+    "merge_heads_test",
     "param_count_test",
     "rand_float_test",
     "rand_int_test",
@@ -49,6 +52,7 @@ __all__ = [
     "reversal_floor_test",
     "sample_next_token_test",
     "sinusoidal_test",
+    "split_heads_test",
     "temperature_test",
     "top_k_test",
     "top_p_test",
