@@ -165,7 +165,7 @@ WRONG = [
         "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
         "scores = scores[:1]\n        top = scores.flatten().topk(min(2 * num_beams, scores.numel()))")},
      "not only the best parent's"),
-    ("beam_search_test", "beam_search", {"beam_search": ("if n > 0 and batch.shape[1] >= n:", "if False:")},
+    ("beam_search_test", "beam_search", {"beam_search": ("if no_repeat_ngram_size > 0 and batch.shape[1] >= no_repeat_ngram_size:", "if False:")},
      "repeated a 2-gram"),
 ]
 
