@@ -569,4 +569,28 @@ def beam_search_test(beam_search) -> None:
     if len(bigrams) != len(set(bigrams)):
         fail(f"{name} with no_repeat_ngram_size=2 repeated a 2-gram: {seq}. Ban any token that would complete an "
              "n-gram already in the sequence (its logit -> -inf) before choosing.")
-    print(f"{name} passed: width 1 is greedy, enough beams is exhaustive, log-probabilities add, no repeated n-grams.")
+    reference, hf = _hf_reference_model()
+    for text in ("O Romeo, Romeo,", "KING.\nWhat"):
+        prompt = reference.to_tokens(text)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # length_penalty=0: transformers then ranks beams by their summed log-probability, as the exercise does.
+            want = hf.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=8,
+                num_beams=3,
+                do_sample=False,
+                length_penalty=0.0,
+                early_stopping=True,
+                eos_token_id=50256,
+                pad_token_id=50256,
+            )[0, prompt.shape[1] :].tolist()
+            got = run(3, 8, m=reference, p=prompt, eos_id=50256)
+        if got != want:
+            fail(f"{name} with 3 beams on the reference model differs from GPT2LMHeadModel.generate(num_beams=3): "
+                 f"got {got}, expected {want}.")
+    print(
+        f"{name} passed: width 1 is greedy, enough beams is exhaustive, log-probabilities add, no repeated n-grams, "
+        "and 3 beams match transformers' beam search."
+    )
