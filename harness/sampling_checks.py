@@ -451,19 +451,26 @@ def _hf_reference_model():
     return reference, GPT2LMHeadModel.from_pretrained(reference_checkpoint(), dtype="float32").eval()
 
 
-def _generate_matches_hf(generate, name: str) -> None:
-    reference, hf = _hf_reference_model()
-    prompt = reference.to_tokens("O Romeo, Romeo,").repeat(2, 1)
+def _hf_greedy(hf, prompt: Tensor, **kwargs) -> Tensor:
+    """`hf.generate` without sampling, 8 new tokens, <|endoftext|> as end and padding; quiet."""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        want = hf.generate(
+        return hf.generate(
             prompt,
             attention_mask=torch.ones_like(prompt),
             max_new_tokens=8,
             do_sample=False,
             eos_token_id=50256,
             pad_token_id=50256,
+            **kwargs,
         )
+
+
+def _generate_matches_hf(generate, name: str) -> None:
+    reference, hf = _hf_reference_model()
+    prompt = reference.to_tokens("O Romeo, Romeo,").repeat(2, 1)
+    want = _hf_greedy(hf, prompt)
+    with torch.no_grad():
         got = as_tensor_output(
             _kcall(generate, reference, prompt.clone(), 8, eos_token_id=50256, temperature=0.0, what=name), name
         )
@@ -572,20 +579,10 @@ def beam_search_test(beam_search) -> None:
     reference, hf = _hf_reference_model()
     for text in ("O Romeo, Romeo,", "KING.\nWhat"):
         prompt = reference.to_tokens(text)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # length_penalty=0: transformers then ranks beams by their summed log-probability, as the exercise does.
-            want = hf.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=8,
-                num_beams=3,
-                do_sample=False,
-                length_penalty=0.0,
-                early_stopping=True,
-                eos_token_id=50256,
-                pad_token_id=50256,
-            )[0, prompt.shape[1] :].tolist()
+        # length_penalty=0: transformers then ranks beams by their summed log-probability, as the exercise does.
+        want = _hf_greedy(hf, prompt, num_beams=3, length_penalty=0.0, early_stopping=True)[0, prompt.shape[1] :]
+        want = want.tolist()
+        with torch.no_grad():
             got = run(3, 8, m=reference, p=prompt, eos_id=50256)
         if got != want:
             fail(f"{name} with 3 beams on the reference model differs from GPT2LMHeadModel.generate(num_beams=3): "

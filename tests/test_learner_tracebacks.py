@@ -41,6 +41,16 @@ cfg = Config(d_model=32, n_heads=4, d_head=8, d_mlp=64, n_layers=1, n_ctx=16, d_
 """
 
 
+LAYER_NORM_INIT = """
+class LayerNorm(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+"""
+
+
 @pytest.fixture(scope="module")
 def unfinished_output() -> str:
     exercise = """
@@ -72,14 +82,7 @@ def test_unfinished_exercise_is_named_in_a_few_lines(unfinished_output):
 
 
 def test_learner_exception_shows_the_learners_frame_not_the_harness():
-    exercise = """
-class LayerNorm(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.w = nn.Parameter(torch.ones(cfg.d_model))
-        self.b = nn.Parameter(torch.zeros(cfg.d_model))
-
+    exercise = LAYER_NORM_INIT + """
     def forward(self, residual):
         centred = residual - residual.mean(-1, keepdim=True)
         return centred / self.not_an_attribute
@@ -91,14 +94,7 @@ class LayerNorm(nn.Module):
 
 
 def test_plain_wrong_answer_shows_only_the_message():
-    exercise = """
-class LayerNorm(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.w = nn.Parameter(torch.ones(cfg.d_model))
-        self.b = nn.Parameter(torch.zeros(cfg.d_model))
-
+    exercise = LAYER_NORM_INIT + """
     def forward(self, residual):
         centred = residual - residual.mean(-1, keepdim=True)
         return centred / (centred.var(-1, keepdim=True, unbiased=True) + 1e-5).sqrt() * self.w + self.b
