@@ -4,6 +4,7 @@ A learner imports only what is listed in `__all__`.
 """
 
 from harness._assertions import learner_facing as _learner_facing
+from harness.attention_checks import causal_mask_test
 from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
 from harness.config import Config
 from harness.course import components
@@ -29,6 +30,7 @@ __all__ = [
     "Config",
     "beam_search_test",
     "cached_generate_test",
+    "causal_mask_test",
     "components",
     "cross_entropy_test",
     "frequency_penalty_test",
