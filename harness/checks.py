@@ -241,10 +241,13 @@ def _compare_outputs(kind, module, reference, x, out, what, context) -> None:
     fail(f"{what} output does not match the reference {context}: {summary}." + (f" {hint}" if hint else ""))
 
 
-def _module_check(cls, cfg: Config, x: Tensor, seed: int, context: str, expected_kind: str | None = None) -> str:
-    """Build, identify, randomise, run and compare one module against TransformerLens's."""
+def _module_check(
+    cls, cfg: Config, x: Tensor, seed: int, context: str, expected_kind: str | None = None, module=None
+) -> str:
+    """Build (unless `module`, built from `cls` and `cfg`, is given), identify, randomise, run and compare one module
+    against TransformerLens's."""
     what = getattr(cls, "__name__", "module")
-    module = build(cls, cfg)
+    module = build(cls, cfg) if module is None else module
     kind = expected_kind or _identify(module, cls, cfg)
     _compare_weights(kind, module, _reference_shapes(kind, cfg), what)
     _randomize(module, cfg, seed)
@@ -320,7 +323,8 @@ def _rand_test(check: str, cls, shape, cfg, takes_tokens: bool) -> None:
         if shape[-1] != cfg.d_model:
             fail(f"The last dimension of the input shape must be d_model={cfg.d_model}, got shape {list(shape)}.")
         x = torch.randn(shape, generator=gen)
-    _module_check(cls, cfg, x, 0, "with random weights on a random input", kind)
+    # The module built to identify the kind is the one checked: a GPT-2-sized constructor runs once, not twice.
+    _module_check(cls, cfg, x, 0, "with random weights on a random input", kind, module=module)
     probes = _run_probes(cls, kind)
     _success(check, cls, kind, _expected_shape(kind, shape, cfg), probes, ", matches TransformerLens")
 
