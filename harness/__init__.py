@@ -10,6 +10,16 @@ from harness.config import Config
 from harness.course import components
 from harness.embedding_checks import sinusoidal_test
 from harness.gpt2_checks import cross_entropy_test, gelu_new_test, greedy_generate_test, hf_conversion_test
+from harness.interp import load_induction_model, show_attention, to_hooked_transformer
+from harness.interp_checks import (
+    cache_activations_test,
+    head_detector_test,
+    induction_score_test,
+    logit_attribution_test,
+    logit_lens_test,
+    mean_ablation_test,
+    repeated_segments_test,
+)
 from harness.kv_cache_checks import cached_generate_test, kv_cache_test
 from harness.primer_checks import head_scores_test, merge_heads_test, split_heads_test
 from harness.reference import load_reference_gpt2, reference_checkpoint
@@ -29,6 +39,7 @@ from harness.training_checks import lm_loss_test, masked_loss_test, reversal_flo
 __all__ = [
     "Config",
     "beam_search_test",
+    "cache_activations_test",
     "cached_generate_test",
     "causal_mask_test",
     "components",
@@ -39,23 +50,32 @@ __all__ = [
     "gpt2_encoding",
     "gpt2_tokenizer",
     "greedy_generate_test",
+    "head_detector_test",
     "head_scores_test",
     "hf_conversion_test",
+    "induction_score_test",
     "kv_cache_test",
     "lm_loss_test",
     "load_gpt2_test",
+    "load_induction_model",
     "load_reference_gpt2",
+    "logit_attribution_test",
+    "logit_lens_test",
     "masked_loss_test",
+    "mean_ablation_test",
     "merge_heads_test",
     "param_count_test",
     "rand_float_test",
     "rand_int_test",
     "reference_checkpoint",
+    "repeated_segments_test",
     "reversal_floor_test",
     "sample_next_token_test",
+    "show_attention",
     "sinusoidal_test",
     "split_heads_test",
     "temperature_test",
+    "to_hooked_transformer",
     "top_k_test",
     "top_p_test",
     "train_test",
