@@ -9,6 +9,18 @@ from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
 from harness.config import Config
 from harness.course import components
 from harness.embedding_checks import sinusoidal_test
+from harness.encoder_decoder_checks import (
+    EncoderDecoderConfig,
+    decoder_layer_test,
+    encoder_decoder_test,
+    encoder_layer_test,
+    feed_forward_test,
+    greedy_decode_test,
+    make_batch_test,
+    multi_head_attention_test,
+    seq2seq_loss_test,
+    shared_embedding_test,
+)
 from harness.gpt2_checks import cross_entropy_test, gelu_new_test, greedy_generate_test, hf_conversion_test
 from harness.interp import load_induction_model, show_attention, to_hooked_transformer
 from harness.interp_checks import (
@@ -38,17 +50,23 @@ from harness.training_checks import lm_loss_test, masked_loss_test, reversal_flo
 
 __all__ = [
     "Config",
+    "EncoderDecoderConfig",
     "beam_search_test",
     "cache_activations_test",
     "cached_generate_test",
     "causal_mask_test",
     "components",
     "cross_entropy_test",
+    "decoder_layer_test",
+    "encoder_decoder_test",
+    "encoder_layer_test",
+    "feed_forward_test",
     "frequency_penalty_test",
     "gelu_new_test",
     "generate_test",
     "gpt2_encoding",
     "gpt2_tokenizer",
+    "greedy_decode_test",
     "greedy_generate_test",
     "head_detector_test",
     "head_scores_test",
@@ -61,9 +79,11 @@ __all__ = [
     "load_reference_gpt2",
     "logit_attribution_test",
     "logit_lens_test",
+    "make_batch_test",
     "masked_loss_test",
     "mean_ablation_test",
     "merge_heads_test",
+    "multi_head_attention_test",
     "param_count_test",
     "rand_float_test",
     "rand_int_test",
@@ -71,6 +91,8 @@ __all__ = [
     "repeated_segments_test",
     "reversal_floor_test",
     "sample_next_token_test",
+    "seq2seq_loss_test",
+    "shared_embedding_test",
     "show_attention",
     "sinusoidal_test",
     "split_heads_test",
