@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--keep", type=Path, help="keep the output here")
     parser.add_argument("--cold-kernels", action="store_true", help="pass --cold-kernels to the grader")
+    parser.add_argument("--no-sandbox", action="store_true", help="pass --no-sandbox to the grader (to compare)")
     args = parser.parse_args()
     names = notebook_names()
     tmp = Path(tempfile.mkdtemp(prefix="bench-grading-"))
@@ -57,7 +58,8 @@ def main() -> int:
         t = time.perf_counter()
         run = subprocess.run(
             [sys.executable, "-m", "instructor.grade", str(submissions), "--out", str(out), "--jobs", str(args.jobs)]
-            + (["--cold-kernels"] if args.cold_kernels else []),
+            + (["--cold-kernels"] if args.cold_kernels else [])
+            + (["--no-sandbox"] if args.no_sandbox or args.cold_kernels else []),
             check=False,
             capture_output=True,
             text=True,

@@ -703,7 +703,7 @@ def _attribution(hooked, components, cache, tokens, *, shift=1, center=True, sca
 
 
 def logit_attribution_test(logit_attribution) -> None:
-    """Checks `logit_attribution(model, components, cache, tokens) -> [component batch pos-1]`: against the formula,
+    """Checks `logit_attribution(model, parts, cache, tokens) -> [component batch pos-1]`: against the formula,
     and that the parts plus ln_final's bias and b_U add up to the model's logit for each next token."""
     name = _name(logit_attribution, "logit_attribution")
     hooked = _hooked_gpt2()

@@ -13,6 +13,15 @@ SUBMISSIONS_DIR holds one folder per student with any of the course's notebooks,
   each re-check's plan, result and log), usable with nbgrader's own tools (`cd OUT_DIR/course; nbgrader ...`);
 - `logs/`: the nbgrader workers' and the template's logs.
 
+Learner code runs only in a bubblewrap sandbox (`instructor.sandbox`): the warm template below runs inside it
+and forks every kernel and re-check there, each under a uid and a memory cgroup of its own, with no network, no
+view of the solutions, the outputs or the submissions, and nothing that outlives the run. This process and the
+nbgrader workers stay outside: they hold the gradebook, take each re-check's records only with its one-time
+token, and write the CSVs once the sandbox and everything in it are gone. Without bwrap (or root) the grader
+refuses to run unless given `--no-sandbox`, which flags every row `unsandboxed`. Nothing a submission does stops
+the batch: each failure is recorded on its rows (colliding student folders are graded as `name-2`, flagged), and
+a last line says how many rows are flagged.
+
 A test's points are given only if nbgrader's run of the notebook passes it AND the clean re-check passes it
 (see `instructor.recheck`). Notebooks are graded in parallel (`--jobs` nbgrader processes, each with its own copy
 of the gradebook, merged at the end). nbgrader runs each notebook in a fresh kernel forked from a warm template
@@ -29,6 +38,7 @@ import csv
 import json
 import os
 import re
+import secrets
 import select
 import selectors
 import shutil
@@ -52,6 +62,7 @@ from instructor.course import (
     solutions_digest,
 )
 from instructor.plan import build_plan
+from instructor.sandbox import INSIDE_CGROUP, MemoryCgroup, bwrap_command, find_bwrap, works
 
 CACHE_DIR = REPO_ROOT / "grading" / "cache"
 KERNEL_NAME = "tfs-warm-python3"
@@ -74,14 +85,25 @@ class Item:
     notes: list[str] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     attempts: int = 0
+    check_attempts: int = 0
+    token: str = ""
+    events: list[dict] = field(default_factory=list)
+    forged: list[str] = field(default_factory=list)
 
 
 class Proc:
     """A child process speaking JSON lines on stdin/stdout."""
 
-    def __init__(self, args: list[str], log: Path, env: dict, name: str):
+    def __init__(self, args: list[str], log: Path, env: dict, name: str, cgroup: MemoryCgroup | None = None):
         self.name = name
         self.log = open(log, "ab")  # noqa: SIM115 - closed in close()
+        procs = str(cgroup.path / "cgroup.procs") if cgroup is not None else None
+
+        def join_cgroup():  # before exec: the sandbox and everything in it are in the run's memory cgroup
+            if procs:
+                with open(procs, "w") as f:
+                    f.write("0")
+
         self.popen = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -90,6 +112,8 @@ class Proc:
             env=env,
             start_new_session=True,
             cwd=str(log.parent),
+            close_fds=True,  # the sandbox gets its two pipes and its log, nothing else of the grader's
+            preexec_fn=join_cgroup if procs else None,  # noqa: PLW1509 - only writes one file
         )
         os.set_blocking(self.popen.stdout.fileno(), False)
         self.buffer = b""
@@ -236,6 +260,40 @@ class Grader:
         self.items: list[Item] = []
         self.skipped: list[dict] = []
         self.done = 0
+        self.sandbox = not args.no_sandbox
+        self.bwrap: str | None = None
+        self.cgroup: MemoryCgroup | None = None
+        self.memory_note = ""
+        self.worker_starts = 0
+
+    def check_sandbox(self) -> None:
+        """Refuse to grade without the sandbox, unless told --no-sandbox."""
+        if not self.sandbox:
+            self.say("WARNING: --no-sandbox: learner code runs unconfined; every row is flagged 'unsandboxed'")
+            return
+        if self.args.cold_kernels:
+            raise SystemExit("--cold-kernels starts kernels outside the sandbox: add --no-sandbox to grade that way")
+        self.bwrap = find_bwrap()
+        why = None
+        if self.bwrap is None:
+            why = "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+        elif os.geteuid() != 0:
+            why = "the sandbox gives each learner process a uid and a memory cgroup of its own, which needs root"
+        else:
+            problem = works(self.bwrap)
+            if problem:
+                why = f"bwrap cannot make a sandbox here: {problem}"
+        if why:
+            raise SystemExit(
+                f"refusing to grade: {why}. Learner code must run in the sandbox; to grade without it (every row "
+                "is then flagged 'unsandboxed'), pass --no-sandbox."
+            )
+        self.cgroup, problem = MemoryCgroup.create()
+        if self.cgroup is None:
+            self.memory_note = (
+                f"no memory cgroup ({problem}): memory is limited by RLIMIT_DATA, which does not count shared mmaps"
+            )
+            self.say(f"WARNING: {self.memory_note}")
 
     def say(self, text: str) -> None:
         if not self.args.quiet:
@@ -248,13 +306,25 @@ class Grader:
             raise SystemExit(f"{submissions} is not a folder")
         wanted = self.args.notebooks or self.names
         students = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
-        seen_ids = {}
+        seen_ids: dict[str, str] = {}
         for folder in students:
-            student = _student_id(folder.name)
-            if student in seen_ids:
-                raise SystemExit(f"student folders {seen_ids[student]} and {folder.name} map to the same id {student}")
-            seen_ids[student] = folder.name
-            found, notes = find_notebooks(folder, self.names)
+            student = base = _student_id(folder.name)
+            clash = None
+            n = 1
+            while student.lower() in seen_ids:  # case too: some file systems (and people) do not tell them apart
+                clash = clash or seen_ids[student.lower()]
+                n += 1
+                student = f"{base}-{n}"
+            seen_ids[student.lower()] = folder.name
+            try:
+                found, notes = find_notebooks(folder, self.names)
+            except Exception as err:  # noqa: BLE001 - one unreadable folder never stops the batch
+                found, notes = {}, [f"the folder could not be read: {type(err).__name__}: {err}"[:300]]
+            if clash is not None:
+                notes = [
+                    *notes,
+                    f"student folder {folder.name!r} and {clash!r} map to the same id: graded as {student!r}",
+                ]
             if not found:
                 self.skipped.append(
                     {
@@ -267,8 +337,8 @@ class Grader:
             for name in wanted:
                 if name not in found:
                     continue
-                flags = list(notes) if name == min(found) else []
-                if student != folder.name:
+                flags = list(notes) if name == min(found) else [n for n in notes if "map to the same id" in n]
+                if student != folder.name and not any("map to the same id" in f for f in flags):
                     flags.append(f"student folder {folder.name!r} graded as {student!r}")
                 release = read_json(self.course / "release" / name / f"{name}.ipynb")
                 try:
@@ -300,11 +370,18 @@ class Grader:
             folder = self.course / "recheck" / item.student
             folder.mkdir(parents=True, exist_ok=True)
             source = read_json(Path(self.args.solutions) / f"{item.notebook}.ipynb")
-            plan = build_plan(
-                source, read_json(item.path), item.notebook, self.names, slice_given=not self.args.recheck_all_cells
-            )
+            try:
+                plan = build_plan(
+                    source, read_json(item.path), item.notebook, self.names, slice_given=not self.args.recheck_all_cells
+                )
+                text = json.dumps(plan, indent=1)
+            except Exception as err:  # noqa: BLE001 - RecursionError on a deep expression, ...: this notebook only
+                message = f"the re-check could not plan this notebook ({type(err).__name__}: {str(err)[:200]})"
+                item.flags.append(message)
+                item.recheck = {"tests": {}, "events": [], "wall": 0.0, "failed": message}
+                continue
             item.flags += plan["notes"]
-            (folder / f"{item.notebook}.plan.json").write_text(json.dumps(plan, indent=1))
+            (folder / f"{item.notebook}.plan.json").write_text(text)
 
     # ------------------------------------------------------------------ processes
     def env(self) -> dict:
@@ -320,7 +397,21 @@ class Grader:
                 env[var] = "1"
         return env
 
+    def runtime_dir(self) -> str:
+        """Where the worker's connection files and (sandboxed) the kernels' Unix sockets are: shared with the
+        sandbox. Sticky and world-writable, so that each kernel (its own uid) can make its sockets there and
+        no other can remove them; the files are created 0600 / 0700."""
+        if not self.socket_dir:  # short: socket paths are limited to 108 bytes
+            self.socket_dir = tempfile.mkdtemp(prefix="tfs-grade-")
+            os.chmod(self.socket_dir, 0o755)
+        path = os.path.join(self.socket_dir, "rt")
+        if not os.path.isdir(path):
+            os.mkdir(path)
+            os.chmod(path, 0o1777)
+        return path
+
     def start_worker(self, index: int) -> Proc:
+        self.worker_starts += 1
         root = self.course / ".workers" / f"w{index}"
         if not (root / "gradebook.db").exists():
             root.mkdir(parents=True, exist_ok=True)
@@ -347,6 +438,10 @@ class Grader:
             env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(self.kernels_dir), env.get("JUPYTER_PATH")]))
             env["TFS_KERNEL_SOCKET"] = self.kernel_socket
             env["TFS_KERNEL_MEMORY"] = str(int(self.args.memory_gb * (1 << 30)))
+        if self.sandbox:
+            args += ["--ipc", os.path.join(self.runtime_dir(), f"w{index}-{self.worker_starts}")]
+            env["JUPYTER_RUNTIME_DIR"] = self.runtime_dir()
+            env["TFS_SANDBOXED"] = "1"
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
         return Proc(args, self.out / "logs" / f"worker{index}.log", env, f"worker{index}")
 
@@ -355,9 +450,8 @@ class Grader:
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-I", "-m", "instructor.recheck", "--serve"]
         self.kernel_socket = None
+        self.runtime_dir()
         if not self.args.cold_kernels:
-            if not self.socket_dir:  # short: socket paths are limited to 108 bytes
-                self.socket_dir = tempfile.mkdtemp(prefix="tfs-grade-")
             self.kernel_socket = os.path.join(self.socket_dir, "kernels")
             args += ["--kernel-socket", self.kernel_socket]
             spec = self.kernels_dir / "kernels" / KERNEL_NAME
@@ -376,10 +470,20 @@ class Grader:
             )
         env = self.env()
         env["OMP_NUM_THREADS"] = "1"
-        return Proc(args, self.out / "logs" / "recheck.log", env, "recheck")
+        if self.sandbox:
+            args += ["--sandboxed"] + (["--cgroup", INSIDE_CGROUP] if self.cgroup else [])
+            args = bwrap_command(
+                self.bwrap,
+                args,
+                rw=[self.socket_dir],
+                cgroup=self.cgroup,
+                private_ro={str(Path(self.args.solutions).resolve()): "solutions"},
+            )
+        return Proc(args, self.out / "logs" / "recheck.log", env, "recheck", self.cgroup)
 
     # ------------------------------------------------------------------ the run
     def run(self) -> int:
+        self.check_sandbox()
         self.out.mkdir(parents=True, exist_ok=True)
         prepare_course(
             self.course,
@@ -391,10 +495,24 @@ class Grader:
         )
         self.collect()
         self.write_plans()
-        if self.items:
-            self.grade_all()
+        try:
+            if self.items:
+                self.grade_all()
+        finally:
+            self.end_sandbox()
+        if not self.sandbox:
+            for item in self.items:
+                item.flags.insert(0, "unsandboxed")
         self.report()
         return 0
+
+    def end_sandbox(self) -> None:
+        """Every learner process is gone before any output is written: the template's PID namespace ended with
+        it, and whatever is left in the run's memory cgroup is killed."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def grade_all(self) -> None:
         jobs = max(1, self.args.jobs)
@@ -405,9 +523,14 @@ class Grader:
         for proc in [*workers, server]:
             selector.register(proc.popen.stdout, selectors.EVENT_READ, proc)
         to_grade = deque(sorted(self.items, key=lambda it: (-self._weight(it.notebook), it.student)))
-        to_check = deque(sorted(self.items, key=lambda it: (-self._weight(it.notebook), it.student)))
+        to_check = deque(
+            sorted(
+                (it for it in self.items if it.recheck is None), key=lambda it: (-self._weight(it.notebook), it.student)
+            )
+        )
         running_checks: dict[str, Item] = {}
         finalize_queue: dict[int, deque] = {i: deque() for i in range(n_workers)}
+        self._finalize_queue = finalize_queue
         self.remaining = len(self.items)
         check_id = 0
         grading_budget = self.args.notebook_timeout + 120
@@ -438,12 +561,13 @@ class Grader:
                 key = str(check_id)
                 running_checks[key] = item
                 folder = self.course / "recheck" / item.student
+                item.token = secrets.token_hex(16)
+                item.events = []
                 server.send(
                     {
                         "id": key,
-                        "plan": str(folder / f"{item.notebook}.plan.json"),
-                        "result": str(folder / f"{item.notebook}.result.jsonl"),
-                        "log": str(folder / f"{item.notebook}.log"),
+                        "plan": read_json(folder / f"{item.notebook}.plan.json"),
+                        "token": item.token,
                         "cell_timeout": self.args.cell_timeout,
                         "notebook_timeout": self.args.notebook_timeout,
                         "memory_bytes": int(self.args.memory_gb * (1 << 30)),
@@ -469,6 +593,10 @@ class Grader:
                         proc.ready = True
                         continue
                     if proc is server:
+                        if "event" in reply:
+                            if reply["id"] in running_checks:
+                                running_checks[reply["id"]].events.append(reply["event"])
+                            continue
                         item = running_checks.pop(reply["id"])
                         item.recheck = self._read_recheck(item, reply)
                         self.remaining -= self._maybe_finish(item, finalize_queue)
@@ -505,22 +633,27 @@ class Grader:
         server.close()
         shutil.rmtree(self.course / ".workers", ignore_errors=True)  # everything worth keeping was copied out
         shutil.rmtree(self.kernels_dir, ignore_errors=True)
-        if self.socket_dir:
-            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     @staticmethod
     def _weight(name: str) -> int:
         return int(name[:2]) if name[:2].isdigit() else 0  # later notebooks run longer: start them first
 
     def _server_died(self, server, running_checks, to_check, selector) -> Proc:
-        """Restart the template (a bug, not a learner: their code runs in its children); re-queue its checks."""
+        """Restart the template and re-queue its checks. Sandboxed, learner code cannot reach it (it runs under
+        other uids); unsandboxed a kernel can kill it, and a check that was running twice when it died fails."""
         server.kill()
         self.server_restarts += 1
         self.say(f"the re-check process stopped (see {self.out / 'logs' / 'recheck.log'}); restarting it")
         if self.server_restarts > 3:
-            raise RuntimeError("the re-check process keeps stopping; see logs/recheck.log")
+            time.sleep(min(10, self.server_restarts))  # a broken installation: slow down, but finish the batch
         for item in running_checks.values():
-            to_check.appendleft(item)
+            item.check_attempts += 1
+            if item.check_attempts >= 2:
+                item.recheck = {"tests": {}, "events": [], "wall": 0.0}
+                item.flags.append("the re-check's template process was stopped twice while this notebook ran")
+                self.remaining -= self._maybe_finish(item, self._finalize_queue)
+            else:
+                to_check.appendleft(item)
         running_checks.clear()
         new = self.start_server()
         selector.register(new.popen.stdout, selectors.EVENT_READ, new)
@@ -559,18 +692,27 @@ class Grader:
                     self._progress(item)
 
     def _read_recheck(self, item: Item, reply: dict) -> dict:
-        path = self.course / "recheck" / item.student / f"{item.notebook}.result.jsonl"
+        """The re-check's records, as the template relayed them; written to OUT by the grader only."""
+        folder = self.course / "recheck" / item.student
+        (folder / f"{item.notebook}.log").write_text(reply.get("log") or "", encoding="utf-8")
+        with open(folder / f"{item.notebook}.result.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(event) + "\n" for event in item.events)
         tests, events = {}, []
-        if path.exists():
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if event.get("type") == "test":
-                    tests[event["grade_id"]] = event
-                elif event.get("type") in ("violation", "note", "excluded"):
-                    events.append(event)
+        for event in item.events:
+            if not isinstance(event, dict) or event.get("token") != item.token:
+                item.forged.append(json.dumps(event)[:120])
+                continue
+            if event.get("type") == "test":
+                tests[event["grade_id"]] = event
+            elif event.get("type") in ("violation", "note", "excluded"):
+                events.append(event)
+        if item.forged:
+            # a record without the run's token was written into the re-check's channel by learner code
+            item.flags.append(f"forged re-check records ({len(item.forged)}): {item.forged[0]}")
+            tests = {
+                g: {"passed": False, "message": "learner code wrote forged records into the re-check's results"}
+                for g in tests
+            }
         status = reply.get("status")
         if status == "killed":
             item.flags.append("the re-check was stopped at the notebook's time limit")
@@ -761,10 +903,17 @@ class Grader:
                     }
                 )
         total = time.monotonic() - self.t0
+        flagged = sum(1 for r in rows if flags_of[(r["student"], r["notebook"])])
         self.say(
             f"done in {total:.1f} s: {self.out / 'grades.csv'}, {self.out / 'summary.csv'}"
             + ("" if self.args.no_feedback else f", {self.out / 'feedback'}")
         )
+        line = (
+            f"{len(rows)} rows graded ({len(self.items)} notebooks, {len(self.skipped)} not gradable), "
+            f"{flagged} rows flagged; {'sandboxed' if self.sandbox else 'UNSANDBOXED'}"
+            + (f"; {self.memory_note}" if self.memory_note else "")
+        )
+        print(line, file=sys.stderr, flush=True)
 
 
 def parse_args(argv: list[str] | None = None):
@@ -789,6 +938,11 @@ def parse_args(argv: list[str] | None = None):
     )
     parser.add_argument(
         "--recheck-all-cells", action="store_true", help="re-check with every given cell, not only those the tests need"
+    )
+    parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run learner code without the sandbox (instructor.sandbox); every row is flagged 'unsandboxed'",
     )
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true")

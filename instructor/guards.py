@@ -17,7 +17,18 @@ Learner code is recognised by the file name it was compiled with (`<learner ...>
   while learner code runs;
 - before a test runs, the classes and functions it tests must come from the learner's notebook (not from
   harness, TransformerLens or the course's answers), may not read the notebook's reference model or
-  activations through globals, and no learner class may subclass torch.Tensor.
+  activations through globals, and no learner class may subclass torch.Tensor;
+- torch's own extension points are part of the snapshot: the torch-function and dispatch mode stacks (a
+  `TorchFunctionMode` entered and never left) and the global module hooks (`register_module_forward_hook` ...);
+- learner code may not start threads (a check's guards see only the thread they run in), and the `forward` of
+  every TransformerLens module refuses to run for a learner module even when called as `.forward()` (which
+  skips the pre-hook);
+- the calls an exercise forbids (`FORBIDDEN_CALLS`: `torch.nn.functional.layer_norm` in the LayerNorm exercise
+  ...) refuse to run from learner code.
+
+These guards share the process with the learner's code, so each can in principle be outflanked from inside it;
+what makes grading safe is the sandbox around the process (`instructor.sandbox`: nothing outside it to reach)
+and the grader's checks outside it (the records' token).
 """
 
 from __future__ import annotations
@@ -98,6 +109,31 @@ INTROSPECTION_EVENTS = {
     "shutil.rmtree",
 }
 HELPER_FILES = ("inspect.py", "traceback.py", "linecache.py")
+GLOBAL_HOOKS = (
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_buffer_registration_hooks",
+    "_global_forward_hooks",
+    "_global_forward_hooks_always_called",
+    "_global_forward_hooks_with_kwargs",
+    "_global_forward_pre_hooks",
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+)
+# What an exercise must compute itself: {notebook: {(module, name): why}}. The static scan (instructor.plan) refuses
+# these names in the exercise's code; here they refuse to run from learner code however they were reached.
+FORBIDDEN_CALLS = {
+    "01_layernorm": {
+        ("torch.nn.functional", "layer_norm"): "the exercise is to write LayerNorm",
+        ("torch.nn", "LayerNorm"): "the exercise is to write LayerNorm",
+        ("torch", "layer_norm"): "the exercise is to write LayerNorm",
+    },
+    "03_attention": {
+        ("torch.nn.functional", "scaled_dot_product_attention"): "the exercise is to write attention",
+        ("torch.nn", "MultiheadAttention"): "the exercise is to write attention",
+        ("torch.nn.functional", "multi_head_attention_forward"): "the exercise is to write attention",
+    },
+}
 
 
 class GradingViolation(RuntimeError):
@@ -114,6 +150,12 @@ def _is_learner_code(code) -> bool:
 
 
 _LIBRARY_DIRS = (os.path.dirname(os.__file__) + os.sep,)
+
+
+def _current_thread() -> int:
+    import _thread
+
+    return _thread.get_ident()
 
 
 def unwrap(obj):
@@ -140,6 +182,7 @@ class Guards:
         self._busy = False
         self._class_cache: dict[int, bool] = {}
         self.learner_classes: set[int] = set()  # classes a learner cell's `class` statement made
+        self.learner_threads: set[int] = set()  # threads learner code started
         self._protected_module_cache: dict[int, bool] = {}
         # the course's answers (and the grader's copies of them, and other students' work); the rest is public
         self.protected_paths = [str(REPO_ROOT / "solutions"), str(REPO_ROOT / "grading")]
@@ -155,6 +198,8 @@ class Guards:
         raise GradingViolation(f"refused by the grader: {message}")
 
     def learner_frame_on_stack(self, frame) -> bool:
+        if self.learner_threads and _current_thread() in self.learner_threads:
+            return True
         while frame is not None:
             if _is_learner_code(frame.f_code):
                 return True
@@ -294,6 +339,10 @@ class Guards:
         try:
             if not self.is_protected_module_class(type(module)):
                 return
+            if self.learner_threads and _current_thread() in self.learner_threads:
+                kind = type(module).__module__ + "." + type(module).__qualname__
+                self.record(f"{kind} (the reference's own computation) ran in a thread learner code started")
+                raise GradingViolation(f"refused by the grader: the reference's {kind} in your thread")
             frame = sys._getframe(1)
             while frame is not None:
                 code = frame.f_code
@@ -532,7 +581,10 @@ class Guards:
                     return f"{name} is not a class defined in your notebook"
                 for klass in obj.__mro__:
                     module = getattr(klass, "__module__", "") or ""
-                    if module.startswith(("transformer_lens", "harness")):
+                    earlier = module.startswith("harness.course.") and (
+                        module.removeprefix("harness.course.") in self.order[: self.index]
+                    )  # a notebook may build on an earlier one's components (07's KV cache extends 05's model)
+                    if module.startswith(("transformer_lens", "harness")) and not earlier:
                         return (
                             f"{name} inherits from {module}.{klass.__qualname__} (the course's or the reference's code)"
                         )
@@ -595,6 +647,110 @@ class Guards:
         finally:
             self._busy = False
 
+    # ------------------------------------------------------------------ extension points, threads, forbidden calls
+    def extension_state(self) -> tuple:
+        """torch's mode stacks and global module hooks: none of them is a module attribute being rebound."""
+        torch = self.torch
+        module = torch.nn.modules.module
+        hooks = tuple((name, tuple((k, id(v)) for k, v in getattr(module, name, {}).items())) for name in GLOBAL_HOOKS)
+        return (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(), hooks)
+
+    def restore_extension_state(self, state: tuple) -> list[str]:
+        torch = self.torch
+        now = self.extension_state()
+        if now == state:
+            return []
+        changes = []
+        functions, dispatch, hooks = state
+        while torch._C._len_torch_function_stack() > functions:
+            changes.append("a TorchFunctionMode was left active")
+            torch._C._pop_torch_function_stack()
+        while torch._C._len_torch_dispatch_stack() > dispatch:
+            changes.append("a TorchDispatchMode was left active")
+            torch._C._pop_torch_dispatch_stack()
+        module = torch.nn.modules.module
+        for name, before in hooks:
+            table = getattr(module, name, None)
+            if table is None:
+                continue
+            keep = {k for k, _ in before}
+            for key in [k for k in table if k not in keep]:
+                changes.append(f"a global module hook was registered (torch.nn.modules.module.{name})")
+                del table[key]
+        return sorted(set(changes))
+
+    def guard_threads(self) -> None:
+        """A thread that learner code starts counts as learner code all the way down: the guards look at the stack
+        of the thread they run in, which in a new thread does not show who started it."""
+        import _thread
+        import threading
+
+        guards = self
+        original = _thread.start_new_thread
+
+        def start_new_thread(function, args, kwargs=None):
+            if guards.active and not guards._busy and guards.called_by_learner():
+                inner = function
+
+                def function(*a, **k):
+                    guards.learner_threads.add(_thread.get_ident())
+                    return inner(*a, **k)
+
+            return original(function, args, *([kwargs] if kwargs is not None else []))
+
+        _thread.start_new_thread = start_new_thread
+        threading._start_new_thread = start_new_thread
+
+    def guard_forwards(self) -> None:
+        """Every TransformerLens module's forward runs the pre-hook's check itself (`.forward()` skips hooks)."""
+        torch = self.torch
+        guards = self
+        for name, module in list(sys.modules.items()):
+            if not name.startswith("transformer_lens") or not isinstance(module, types.ModuleType):
+                continue
+            for cls in list(vars(module).values()):
+                if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module) and "forward" in vars(cls)):
+                    continue
+                forward = vars(cls)["forward"]
+                if getattr(forward, "_tfs_guarded", False):
+                    continue
+
+                def guarded(self, *args, __forward=forward, **kwargs):
+                    guards.forward_pre_hook(self, args)
+                    return __forward(self, *args, **kwargs)
+
+                guarded._tfs_guarded = True
+                guarded.__wrapped__ = forward
+                guarded.__name__ = "forward"
+                type.__setattr__(cls, "forward", guarded)
+
+    def guard_forbidden_calls(self) -> None:
+        guards = self
+        for (module_name, attr), why in FORBIDDEN_CALLS.get(self.notebook, {}).items():
+            module = sys.modules.get(module_name)
+            original = getattr(module, attr, None) if module is not None else None
+            if original is None:
+                continue
+            label = f"{module_name}.{attr}"
+            if isinstance(original, type):
+
+                def init(self, *args, __label=label, __why=why, __init=original.__init__, **kwargs):
+                    if guards.active and not guards._busy and guards.called_by_learner():
+                        guards.refuse(f"learner code used {__label}, which this exercise forbids ({__why})")
+                    return __init(self, *args, **kwargs)
+
+                type.__setattr__(original, "__init__", init)
+                continue
+
+            def wrapper(*args, __label=label, __why=why, __original=original, **kwargs):
+                if guards.active and not guards._busy and guards.called_by_learner():
+                    guards.refuse(f"learner code used {__label}, which this exercise forbids ({__why})")
+                return __original(*args, **kwargs)
+
+            wrapper.__name__ = getattr(original, "__name__", attr)
+            wrapper.__doc__ = getattr(original, "__doc__", None)
+            module.__dict__[attr] = wrapper
+
     # ------------------------------------------------------------------ install
     def install(self) -> None:
         import torch
@@ -610,4 +766,7 @@ class Guards:
         self.guard_module(builtins)
         self.guard_module(math)
         torch.nn.modules.module.register_module_forward_pre_hook(self.forward_pre_hook)
+        self.guard_threads()
+        self.guard_forwards()
+        self.guard_forbidden_calls()
         sys.addaudithook(self.audit)

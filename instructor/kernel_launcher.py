@@ -4,9 +4,10 @@ nbgrader starts one fresh kernel per notebook, and each pays for importing torch
 and loading the reference model (about 8 s of CPU) before the first cell. The grader's template process
 (`python -m instructor.recheck --serve`) has done that once; this launcher, which the grading kernelspec runs
 in place of `python -m ipykernel_launcher`, asks the template to fork a new kernel process from that state
-and then stands in for it: Jupyter's signals (interrupt, terminate) are forwarded to the kernel's process
-group, and the launcher exits when the kernel does, with its exit status, so that a dead kernel is seen as dead.
-If the template cannot be reached, it starts an ordinary kernel instead.
+and then stands in for it: Jupyter's signals (interrupt, terminate) are sent to the template, which passes
+them on to the kernel's process group, and the launcher exits when the kernel does, with its exit status, so that a dead kernel is seen as dead.
+If the template cannot be reached, it starts an ordinary kernel instead, unless the grader is sandboxed
+(TFS_SANDBOXED=1): a kernel started here would run the learner's code outside the sandbox, so it fails instead.
 
     python -I -S kernel_launcher.py -f CONNECTION_FILE [kernel arguments...]
 """
@@ -20,6 +21,9 @@ import time
 
 
 def _fallback(args):
+    if os.environ.get("TFS_SANDBOXED") == "1":
+        sys.stderr.write("the grader's sandboxed template could not start this kernel\n")
+        sys.exit(1)
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args])
 
 
@@ -39,6 +43,12 @@ def main() -> None:
                 _fallback(args)
             time.sleep(0.2)
     request = {"kernel": True, "args": args, "env": dict(os.environ), "cwd": os.getcwd()}
+    if "-f" in args:  # the connection file may be where the sandbox cannot see it: its content goes along
+        try:
+            with open(args[args.index("-f") + 1], encoding="utf-8") as f:
+                request["connection"] = f.read()
+        except (OSError, IndexError):
+            pass
     sock.sendall((json.dumps(request) + "\n").encode())
     stream = sock.makefile("r")
     reply = json.loads(stream.readline() or "{}")
@@ -47,8 +57,9 @@ def main() -> None:
         _fallback(args)
 
     def forward(signum, frame):
+        # The template signals the kernel: `pid` is a pid in the sandbox's own PID namespace, not this one's.
         try:
-            os.killpg(pid, signum)
+            sock.sendall((json.dumps({"signal": int(signum)}) + "\n").encode())
         except OSError:
             pass
         if signum != signal.SIGINT:

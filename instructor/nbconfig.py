@@ -96,7 +96,9 @@ class HideHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
-def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300, kernel_name: str | None = None) -> None:
+def configure(
+    c, cell_timeout: int = 60, notebook_timeout: int = 300, kernel_name: str | None = None, ipc: bool = False
+) -> None:
     """Apply the course's nbgrader settings to a traitlets config `c` (also used by nbgrader_config.py)."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
     from nbgrader.preprocessors import (
@@ -123,6 +125,8 @@ def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300, kernel_nam
     c.GuardedExecute.notebook_timeout = notebook_timeout
     if kernel_name:  # the grader's warm kernels (instructor.kernel_launcher); else the notebook's own kernelspec
         c.Execute.kernel_name = kernel_name
+    if ipc:  # sandboxed kernels have no network: nbgrader talks to them over Unix sockets (JUPYTER_RUNTIME_DIR)
+        c.KernelManager.transport = "ipc"
     c.Autograde.autograde_preprocessors = [
         GuardedExecute,
         IgnorePattern,

@@ -12,7 +12,12 @@ notebook and the learner's (normalised) notebook without running anything:
   `sys`/`inspect`/`gc`/`ctypes`/`transformer_lens`/harness internals, `harness.components`, `__code__`,
   `__globals__`, `__subclasses__` ... A solution cell using one scores 0 for that exercise; a cell the learner
   added that uses one is left out of the re-check;
+- an exercise's cell may not name the calls that exercise forbids (`instructor.guards.FORBIDDEN_CALLS`:
+  `torch.nn.functional.layer_norm` in the LayerNorm exercise ...): the exercise scores 0, flagged with the call;
 - given cells that the tests do not need (plots, prints) are left out to save time (backward slicing on names).
+
+A cell the parser cannot take (a syntax error, an expression nested too deep for it) is reported on that cell;
+nothing in a submission stops the plan from being built.
 """
 
 from __future__ import annotations
@@ -192,14 +197,46 @@ def _is_self_access(node: ast.Attribute) -> bool:
     return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
 
 
-def scan(tree: ast.AST) -> list[Finding]:
-    """Refused constructs anywhere in `tree`."""
+def forbidden_calls(notebook: str) -> dict[str, str]:
+    """{name: the full name of the call} that `notebook`'s exercises forbid."""
+    from instructor.guards import FORBIDDEN_CALLS
+
+    names: dict[str, str] = {}
+    for module, attr in FORBIDDEN_CALLS.get(notebook, {}):
+        names.setdefault(attr, f"{module}.{attr}")  # the first listed: the one a learner would write
+    return names
+
+
+# What an exercise needs that exercise code may not use elsewhere: notebook 08's first exercise is about hooks.
+EXERCISE_ALLOWS = {
+    ("08_interpretability", "cache_activations"): {"register_forward_hook", "register_forward_pre_hook"},
+}
+
+
+def scan(
+    tree: ast.AST, forbidden: dict[str, str] | None = None, allowed: frozenset[str] = frozenset()
+) -> list[Finding]:
+    """Refused constructs anywhere in `tree`; `forbidden`: the calls the exercise forbids (forbidden_calls);
+    `allowed`: attribute names this exercise may use although others may not (EXERCISE_ALLOWS)."""
     findings = []
+    forbidden = forbidden or {}
 
     def add(node, what):
         findings.append(Finding(f"line {getattr(node, 'lineno', '?')}: {what}"))
 
     for node in ast.walk(tree):
+        if forbidden:
+            named = None
+            if isinstance(node, ast.Attribute) and node.attr in forbidden:
+                named = node.attr
+            elif isinstance(node, ast.Name) and node.id in forbidden and not node.id[:1].isupper():
+                named = node.id  # a learner's own class may be called LayerNorm; a function named layer_norm not
+            elif isinstance(node, ast.ImportFrom):
+                named = next((a.name for a in node.names if a.name in forbidden), None)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden:
+                named = node.value  # getattr(F, "layer_norm")
+            if named:
+                add(node, f"uses {forbidden[named]}, which this exercise forbids (write it yourself)")
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in FORBIDDEN_MODULES or alias.name.split(".")[0] == "harness":
@@ -218,7 +255,7 @@ def scan(tree: ast.AST) -> list[Finding]:
                     )
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             add(node, f"`{node.id}` (not allowed in exercise code)")
-        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS:
+        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS and node.attr not in allowed:
             if not (node.attr in ALLOWED_SELF_DUNDERS and _is_self_access(node) and isinstance(node.ctx, ast.Load)):
                 add(node, f"`.{node.attr}` (not allowed in exercise code)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
@@ -429,7 +466,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
                 continue
             try:
                 names = defined_names(ast.parse(ipython_to_python(cell_source(cell))))
-            except SyntaxError:
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
                 continue
             if sol["names"] and set(sol["names"]) <= set(names):
                 learner_for[ex] = index
@@ -450,6 +487,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
 
     # --- steps in the instructor's order, learner cells slotted in
     steps = []
+    forbidden = forbidden_calls(name)
 
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])
@@ -465,16 +503,20 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
         }
         try:
             tree = ast.parse(ipython_to_python(text))
+            keep_all = ex is not None and solutions[ex]["top_level_code"]
+            if not keep_all:
+                tree, step["dropped"] = definitions_only(tree)
+            allowed = frozenset(EXERCISE_ALLOWS.get((name, ex), ()))
+            step["findings"] = list(scan(tree, forbidden if ex is not None else None, allowed))
+            step["defines"] = defined_names(tree)
+            step["code"] = ast.unparse(tree)
+            binds, uses = binds_and_uses(tree, modules)
         except SyntaxError as err:
             step["error"] = f"SyntaxError: {err.msg} (line {err.lineno})"
             return step
-        keep_all = ex is not None and solutions[ex]["top_level_code"]
-        if not keep_all:
-            tree, step["dropped"] = definitions_only(tree)
-        step["findings"] = list(scan(tree))
-        step["defines"] = defined_names(tree)
-        step["code"] = ast.unparse(tree)
-        binds, uses = binds_and_uses(tree, modules)
+        except (RecursionError, MemoryError, ValueError, TypeError) as err:  # nested too deep for the parser
+            step.update(error=f"{type(err).__name__}: the cell could not be parsed", code="", findings=[])
+            return step
         step["binds"], step["uses"] = sorted(binds), sorted(uses)
         return step
 

@@ -45,14 +45,18 @@ def _short(err: BaseException) -> str:
 
 
 class Runner:
-    def __init__(self, plan: dict, out, cell_timeout: float, deadline: float, protected=()):
+    def __init__(self, plan: dict, out, cell_timeout: float, deadline: float, protected=(), token: str = ""):
         self.protected = protected
         self.plan = plan
         self.out = out
         self.cell_timeout = cell_timeout
         self.deadline = deadline
+        # Every record carries the grader's one-time token: a line written to this stream by learner code
+        # (through /proc/self/fd, say) does not have it, and the grader counts it as tampering.
+        self._token = token
 
     def emit(self, **record) -> None:
+        record["token"] = self._token
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
 
@@ -98,6 +102,7 @@ class Runner:
         trusted: dict[str, object] = {}
         fingerprints: dict[str, tuple] = {}
         snapshot = guards.take_snapshot()
+        extensions = guards.extension_state()
         exercise_problem: dict[str, str] = {}
         compromised: str | None = None
         allowed_globals = {ex: set(info.get("uses", [])) for ex, info in plan["solutions"].items()}
@@ -200,7 +205,7 @@ class Runner:
                         problem = error
                 reported.add(grade_id)
             # after every step: nothing outside the notebook may have changed
-            changes = guards.compare_and_restore(snapshot)
+            changes = guards.compare_and_restore(snapshot) + guards.restore_extension_state(extensions)
             if len(guards.violations) > before and problem is None:
                 changes = guards.violations[before:] + changes
             exclude = set(step.get("binds", [])) if kind == "given" else set()
@@ -219,6 +224,7 @@ class Runner:
                 else:
                     compromised = f"learner code changed the grader's environment earlier: {message}"
                 snapshot = guards.take_snapshot()
+                extensions = guards.extension_state()
                 refresh(list(fingerprints))
             if kind == "test":
                 self.emit(type="test", grade_id=step["grade_id"], passed=problem is None, message=problem)
@@ -239,14 +245,18 @@ def _alarm(signum, frame):
     raise StepTimeout()
 
 
-def run_plan(plan: dict, result_path: str, cell_timeout: float, notebook_timeout: float, protected=()) -> None:
+def run_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float, protected=(), token: str = "") -> None:
+    """Run `plan`, writing its records (JSON lines) to the text stream `out`."""
     signal.signal(signal.SIGALRM, _alarm)
-    with open(result_path, "w", encoding="utf-8") as out:
-        Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout, protected).run()
+    Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout, protected, token).run()
 
 
 # ---------------------------------------------------------------------- template (fork server)
-def preload(kernels: bool = False) -> None:
+# ---------------------------------------------------------------------- template (fork server)
+_ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `component` cells, read before any fork
+
+
+def preload(kernels: bool = False, solutions: str | None = None) -> None:
     """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
@@ -259,12 +269,60 @@ def preload(kernels: bool = False) -> None:
 
     import harness
 
+    if solutions:
+        _answers_from(solutions)
     try:
         harness.load_reference_gpt2()
     except Exception:  # noqa: BLE001 - the child will report it where a test needs the model
         traceback.print_exc()
     if kernels:
         import ipykernel.kernelapp  # noqa: F401
+
+
+def _answers_from(folder: str) -> None:
+    """In the sandbox the solutions are in a root-only folder: harness.course reads their components from memory."""
+    import harness
+    from harness import course
+
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".ipynb") and name[:2].isdigit():
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                cells = json.load(f)["cells"]
+            chunks = [
+                "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                for c in cells
+                if c["cell_type"] == "code" and course.COMPONENT_TAG in c.get("metadata", {}).get("tags", [])
+            ]
+            _ANSWERS[name[: -len(".ipynb")]] = "\n\n".join(chunks)
+    names = sorted(_ANSWERS)
+
+    def notebook_names() -> list[str]:
+        return list(names)
+
+    def component_source(name: str) -> str:
+        if name not in _ANSWERS:
+            raise FileNotFoundError(f"the components of {name} are not available while grading")
+        return _ANSWERS[name]
+
+    course.notebook_names = notebook_names
+    course.component_source = component_source
+    if hasattr(harness, "notebook_names"):
+        harness.notebook_names = notebook_names
+
+
+def _forget_answers(notebook: str | None) -> None:
+    """A child grading `notebook` keeps only the components of that notebook and the ones before it: the checks
+    of a notebook may build on its own components (the guards refuse them to learner code), never on later ones."""
+    from harness import course
+
+    names = sorted(_ANSWERS)
+    keep = set(names[: names.index(notebook) + 1]) if notebook in names else set()
+    for name in names:
+        if name not in keep:
+            del _ANSWERS[name]
+            linecache.cache.pop(f"<solutions/{name}.ipynb>", None)
+            sys.modules.pop(f"harness.course.{name}", None)
+    course.components.cache_clear()
 
 
 def _vm_data() -> int:
@@ -282,53 +340,96 @@ def _limit_memory(extra: int) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _child(job: dict) -> None:
-    """A re-check: run one plan."""
+def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
+    """A re-check: run one plan, its records to `result_fd`, its output to `log_fd`."""
     os.setsid()
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-    _limit_memory(job.get("memory_bytes", 0))
+    memory = job.get("memory_bytes", 0)
+    plan = job["plan"]
+    if confinement is not None:
+        _forget_answers(plan.get("notebook"))
+        confinement.enter(slot, memory, keep=(result_fd,))
+        if not confinement.cgroup_dir:
+            _limit_memory(memory)
+    else:
+        from instructor.sandbox import close_fds_except
+
+        close_fds_except((result_fd,))
+        _limit_memory(memory)
+    os.set_inheritable(result_fd, False)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    with open(job["plan"], encoding="utf-8") as f:
-        plan = json.load(f)
-    run_plan(plan, job["result"], job["cell_timeout"], job["notebook_timeout"], job.get("protected", ()))
+    out = os.fdopen(result_fd, "w", buffering=1, encoding="utf-8")
+    token = job.pop("token", "")
+    job.clear()
+    run_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], plan.get("_protected", ()), token)
 
 
-def _kernel_child(request: dict) -> None:
+def _kernel_child(request: dict, confinement, slot: int) -> None:
     """A Jupyter kernel, as `python -m ipykernel_launcher ARGS` would start it, on the warm state."""
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-    os.chdir(request["cwd"])
     env = request["env"]
+    args = list(request["args"])
+    memory = int(env.get("TFS_KERNEL_MEMORY", "0") or 0)
     os.environ.clear()
     os.environ.update(env)
     os.environ["JPY_PARENT_PID"] = str(os.getppid())  # the kernel ends if the template does
-    _limit_memory(int(env.get("TFS_KERNEL_MEMORY", "0") or 0))
+    if confinement is not None:
+        # The connection file (its key) is the worker's, readable by root only: the kernel gets its own copy.
+        info = request.get("connection")
+        notebook = os.path.basename(os.path.normpath(request.get("cwd", "")))
+        _forget_answers(notebook)
+        home = confinement.enter(slot, memory)
+        if info is not None:
+            path = os.path.join(home, "kernel.json")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(info)
+            args[args.index("-f") + 1] = path
+        if not confinement.cgroup_dir:
+            _limit_memory(memory)
+    else:
+        os.chdir(request["cwd"])
+        _limit_memory(memory)
     import torch
 
     torch.set_num_threads(int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
-    sys.argv = ["ipykernel_launcher", *request["args"]]
+    sys.argv = ["ipykernel_launcher", *args]
     from ipykernel.kernelapp import IPKernelApp
 
-    IPKernelApp.launch_instance(argv=request["args"])
+    IPKernelApp.launch_instance(argv=args)
 
 
-def serve(kernel_socket: str | None = None) -> int:
-    """The template: re-check jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher."""
+def serve(kernel_socket: str | None = None, sandboxed: bool = False, cgroup: str | None = None) -> int:
+    """The template: re-check jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher.
+
+    Replies on stdout: {"ready"}, {"id", "event"} for each record a re-check writes, and {"id", "status",
+    "returncode", "wall", "log"} when it has ended and everything it started is gone."""
     import socket
 
     fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     out = os.fdopen(fd, "w", buffering=1)
+    confinement = None
+    solutions = None
+    if sandboxed:
+        from instructor.sandbox import INSIDE_PRIVATE, Confinement
+
+        confinement = Confinement(cgroup)
+        solutions = os.path.join(INSIDE_PRIVATE, "solutions")
+        if os.path.isdir(solutions):
+            # the answers are read once, as root; the children, under their own uids, cannot reach the folder
+            pass
+        else:
+            solutions = None
     listener = None
     if kernel_socket:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -336,17 +437,20 @@ def serve(kernel_socket: str | None = None) -> int:
             os.unlink(kernel_socket + ".tmp")
         listener.bind(kernel_socket + ".tmp")
         listener.listen(16)
-    preload(kernels=listener is not None)
+    preload(kernels=listener is not None, solutions=solutions)
     if listener is not None:
         os.rename(kernel_socket + ".tmp", kernel_socket)  # launchers connect only once the template is warm
     out.write(json.dumps({"ready": True}) + "\n")
     children: dict[int, dict] = {}
     kernels: dict[int, socket.socket] = {}  # kernel pid -> its launcher's connection
+    slots: dict[int, int] = {}  # child pid -> its confinement slot
     pending: dict[socket.socket, bytes] = {}  # launcher connections whose request is still coming
+    streams: dict[int, tuple[int, str]] = {}  # read end of a re-check's pipe -> (pid, "result" or "log")
     buffer = b""
     closed = False
 
-    def fork(target, *args) -> int:
+    def fork(target, *args, keep=()) -> int:
+        slot = confinement.next_slot() if confinement is not None else 0
         pid = os.fork()
         if pid == 0:
             code = 0
@@ -356,7 +460,10 @@ def serve(kernel_socket: str | None = None) -> int:
                     listener.close()
                 for conn in [*kernels.values(), *pending]:
                     conn.close()
-                target(*args)
+                for stream in streams:
+                    if stream not in keep:
+                        os.close(stream)
+                target(*args, confinement, slot, *keep)
             except SystemExit as err:
                 code = err.code if isinstance(err.code, int) else 1
             except BaseException:  # noqa: BLE001
@@ -364,23 +471,56 @@ def serve(kernel_socket: str | None = None) -> int:
                 code = 1
             finally:
                 os._exit(code)
+        slots[pid] = slot
         return pid
 
-    while not closed or children:
+    def drain(stream: int) -> bool:
+        """Forward what a re-check wrote; False at its end."""
+        pid, kind = streams[stream]
+        info = children.get(pid)
+        try:
+            data = os.read(stream, 1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            os.close(stream)
+            del streams[stream]
+            return False
+        if info is None:
+            return True
+        if kind == "log":
+            if len(info["log"]) < (256 << 10):
+                info["log"] += data
+            return True
+        info["partial"] += data
+        while b"\n" in info["partial"]:
+            line, info["partial"] = info["partial"].split(b"\n", 1)
+            if line.strip() and not closed:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = {"type": "garbled", "text": line[:200].decode(errors="replace")}
+                out.write(json.dumps({"id": info["id"], "event": event}) + "\n")
+        return True
+
+    while not closed or children or kernels:
         watch = [] if closed else [0]
         if listener is not None and not closed:
             watch += [listener, *pending, *kernels.values()]
+        watch += list(streams)
         readable = select.select(watch, [], [], 0.05)[0] if watch else []
         if not watch:
             time.sleep(0.05)
         for source in readable:
             if source == 0:
-                data = os.read(0, 1 << 16)
+                data = os.read(0, 1 << 20)
                 if not data:
                     closed = True
                     for pid in [*children, *kernels]:
                         _kill(pid)
                 buffer += data
+            elif isinstance(source, int):
+                drain(source)
             elif source is listener:
                 conn, _ = listener.accept()
                 pending[conn] = b""
@@ -394,21 +534,45 @@ def serve(kernel_socket: str | None = None) -> int:
                     pid = fork(_kernel_child, request)
                     kernels[pid] = source
                     source.sendall((json.dumps({"pid": pid}) + "\n").encode())
-            else:  # a launcher went away (killed): its kernel goes too
-                if not source.recv(1 << 16):
-                    pid = next(p for p, c in kernels.items() if c is source)
+            else:  # a launcher passing on a signal, or gone (killed): then its kernel goes too
+                data = source.recv(1 << 16)
+                pid = next(p for p, c in kernels.items() if c is source)
+                if not data:
                     _kill(pid)
+                for line in data.splitlines():
+                    try:
+                        signum = int(json.loads(line).get("signal", 0))
+                    except (ValueError, AttributeError):
+                        continue
+                    if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+                        try:
+                            os.killpg(pid, signum)
+                        except OSError:
+                            pass
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             if not line.strip():
                 continue
             job = json.loads(line)
-            pid = fork(_child, job)
+            plan = job["plan"]
+            plan["_cell_timeout"] = job["cell_timeout"]
+            plan["_notebook_timeout"] = job["notebook_timeout"]
+            plan["_protected"] = job.get("protected", [])
+            result_r, result_w = os.pipe()
+            log_r, log_w = os.pipe()
+            pid = fork(_child, job, keep=(result_w, log_w))
+            os.close(result_w)
+            os.close(log_w)
+            streams[result_r] = (pid, "result")
+            streams[log_r] = (pid, "log")
             children[pid] = {
                 "id": job["id"],
                 "start": time.monotonic(),
                 "killed": False,
                 "deadline": time.monotonic() + job["notebook_timeout"] + 30,
+                "log": b"",
+                "partial": b"",
+                "status": None,
             }
         while True:
             try:
@@ -418,6 +582,8 @@ def serve(kernel_socket: str | None = None) -> int:
             if pid == 0:
                 break
             _kill(pid)  # anything the learner's code left running in the child's session
+            if confinement is not None and pid in slots:
+                confinement.reap(slots.pop(pid))  # ... or anywhere else
             if pid in kernels:
                 conn = kernels.pop(pid)
                 try:
@@ -426,14 +592,26 @@ def serve(kernel_socket: str | None = None) -> int:
                     pass
                 conn.close()
                 continue
-            info = children.pop(pid, None)
-            if info is None:
+            if pid in children:
+                children[pid]["status"] = status
+                children[pid]["ended"] = time.monotonic()
+        # a re-check is reported once it has exited and its pipes are drained
+        for pid, info in list(children.items()):
+            if info["status"] is None:
                 continue
+            left = [s for s, (p, _) in streams.items() if p == pid]
+            if left and time.monotonic() - info["ended"] < 5:
+                continue  # still draining (a process it left behind may hold the pipe: 5 s, then no more)
+            for stream in left:
+                os.close(stream)
+                del streams[stream]
+            del children[pid]
             reply = {
                 "id": info["id"],
                 "status": "killed" if info["killed"] else "exited",
-                "returncode": os.waitstatus_to_exitcode(status),
+                "returncode": os.waitstatus_to_exitcode(info["status"]),
                 "wall": time.monotonic() - info["start"],
+                "log": info["log"].decode("utf-8", errors="replace")[-(128 << 10) :],
             }
             if not closed:
                 out.write(json.dumps(reply) + "\n")
@@ -442,6 +620,12 @@ def serve(kernel_socket: str | None = None) -> int:
             if not info["killed"] and now > info["deadline"]:
                 info["killed"] = True
                 _kill(pid)
+                if confinement is not None and pid in slots:
+                    confinement.reap(slots[pid])
+        if closed:
+            for stream in list(streams):  # the grader is gone: nothing more to forward
+                os.close(stream)
+                del streams[stream]
     if listener is not None:
         listener.close()
         for path in (kernel_socket, kernel_socket + ".tmp"):
@@ -461,17 +645,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m instructor.recheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true")
     parser.add_argument("--kernel-socket", help="also fork Jupyter kernels for launchers connecting here")
+    parser.add_argument("--sandboxed", action="store_true", help="confine every child (instructor.sandbox)")
+    parser.add_argument("--cgroup", help="the memory cgroup folder to make each child's cgroup in")
     parser.add_argument("plan", nargs="?")
     parser.add_argument("result", nargs="?")
     parser.add_argument("--cell-timeout", type=float, default=60)
     parser.add_argument("--notebook-timeout", type=float, default=300)
     args = parser.parse_args(argv)
     if args.serve:
-        return serve(args.kernel_socket)
+        return serve(args.kernel_socket, args.sandboxed, args.cgroup)
     preload()
     with open(args.plan, encoding="utf-8") as f:
         plan = json.load(f)
-    run_plan(plan, args.result, args.cell_timeout, args.notebook_timeout)
+    with open(args.result, "w", encoding="utf-8") as out:
+        run_plan(plan, out, args.cell_timeout, args.notebook_timeout)
     return 0
 
 

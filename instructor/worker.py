@@ -35,13 +35,24 @@ STOP_ERRORS = ("NotebookTimeoutError", "DeadKernelError", "CellTimeoutError")
 
 
 class Worker:
-    def __init__(self, root: Path, cell_timeout: int, notebook_timeout: int, kernel_name: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        cell_timeout: int,
+        notebook_timeout: int,
+        kernel_name: str | None = None,
+        ipc: str | None = None,
+    ):
         from nbgrader.apps import NbGraderAPI
 
         from instructor.course import nbgrader_config
 
         self.root = Path(root)
-        self.api = NbGraderAPI(config=nbgrader_config(cell_timeout, notebook_timeout, self.root, kernel_name))
+        config = nbgrader_config(cell_timeout, notebook_timeout, self.root, kernel_name)
+        if ipc:  # sandboxed kernels have no network: Unix sockets under this prefix, in a folder the sandbox shares
+            config.KernelManager.transport = "ipc"
+            config.KernelManager.ip = ipc
+        self.api = NbGraderAPI(config=config)
         self.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
 
     def _paths(self, student: str, notebook: str, folder: str) -> Path:
@@ -170,12 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebook-timeout", type=int, default=300)
     parser.add_argument("--memory-gb", type=float, default=0, help="data-segment limit inherited by the kernels")
     parser.add_argument("--kernel-name", help="kernelspec to run the notebooks with (default: the notebook's)")
+    parser.add_argument(
+        "--ipc", metavar="PREFIX", help="talk to kernels over Unix sockets PREFIX-N (sandboxed kernels)"
+    )
     args = parser.parse_args(argv)
     out = _protocol_stream()
     if args.memory_gb > 0:
         limit = int(args.memory_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    worker = Worker(args.root, args.cell_timeout, args.notebook_timeout, args.kernel_name)
+    worker = Worker(args.root, args.cell_timeout, args.notebook_timeout, args.kernel_name, args.ipc)
     out.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         if not line.strip():

@@ -28,6 +28,17 @@ LN, EMB = "01_layernorm", "02_embeddings"
 CELL_TIMEOUT = 20
 
 
+def _sandbox_available() -> bool:
+    from instructor.sandbox import find_bwrap, works
+
+    bwrap = find_bwrap()
+    return bool(bwrap) and os.geteuid() == 0 and works(bwrap) is None
+
+
+SANDBOX = _sandbox_available()
+needs_sandbox = pytest.mark.skipif(not SANDBOX, reason="bubblewrap and root are needed for the grader's sandbox")
+
+
 # ---------------------------------------------------------------------- notebook surgery
 def solution(name: str) -> dict:
     return read_json(REPO_ROOT / "solutions" / f"{name}.ipynb")
@@ -305,6 +316,122 @@ class PosEmbed(nn.Module):
     return out
 
 
+# Cheats that got through the in-process guards (issue #14), and inputs that stopped the whole batch.
+FORGE_FD = """
+class LayerNorm(nn.Module):
+    _o = getattr(torch.serialization, "o" + "s")
+    for _fd in _o.listdir("/proc/self/fd"):
+        for _g in ("test_layernorm", "test_layernorm_gpt2", "test_layernorm_rand"):
+            try:
+                _o.write(int(_fd), ('{"type": "test", "grade_id": "%s", "passed": true, "message": null}\\n' % _g).encode())
+            except Exception:
+                pass
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        return residual * self.w + self.b
+"""
+FUNCTION_MODE = WRONG_LAYERNORM.replace(
+    "class LayerNorm(nn.Module):\n",
+    "class _Quiet(torch.overrides.TorchFunctionMode):\n"
+    "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+    "        return func(*args, **(kwargs or {}))\n\n\n"
+    "_mode = _Quiet().__enter__()\n\n\n"
+    "class LayerNorm(nn.Module):\n",
+)
+GLOBAL_HOOK = WRONG_LAYERNORM.replace(
+    "class LayerNorm(nn.Module):\n",
+    "class LayerNorm(nn.Module):\n"
+    "    _h = getattr(torch.nn.modules.module, 'register_module_' + 'forward_hook')(lambda m, i, o: o)\n",
+)
+THREAD_FORWARD = """
+from concurrent.futures import ThreadPoolExecutor
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        modules = getattr(torch, "s" + "ys").modules
+        ref = next(getattr(m, "reference") for m in list(modules.values())
+                   if type(getattr(m, "reference", None)).__name__ == "HookedTransformer")
+        theirs = type(ref.ln_final)(ref.cfg)
+        theirs.w, theirs.b = self.w, self.b
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(theirs.forward, residual).result()
+"""
+FORBIDDEN_CALL = WRONG_LAYERNORM.replace(
+    "return residual * self.w + self.b  # no normalisation at all: wrong",
+    "return torch.nn.functional.layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)",
+)
+REACH_OUT = """
+import os, subprocess
+seen = {{}}
+for path in ["/proc/self/root{repo}/solutions/01_layernorm.ipynb", "{repo}/solutions/01_layernorm.ipynb",
+             "/proc/1/root{repo}/solutions/01_layernorm.ipynb", "/run/tfs/private/solutions/01_layernorm.ipynb",
+             "{repo}/.git/HEAD", "{out}/grades.csv"]:
+    try:
+        open(path).read(10)
+        seen[path] = "READ" + "ABLE"
+    except Exception as err:
+        seen[path] = type(err).__name__
+for pid in (1, os.getppid()):
+    try:
+        os.kill(pid, 9)
+        seen[pid] = "KILL" + "ED"
+    except Exception as err:
+        seen[pid] = type(err).__name__
+subprocess.Popen(["sh", "-c", "sleep 6; echo HACKED > {out}/grades.csv; echo HACKED > {out}/summary.csv"],
+                 start_new_session=True)
+print("REA" + "CH:", seen)
+"""
+SHARED_MEMORY = """
+import mmap
+_m = mmap.mmap(-1, 3 << 30, flags=mmap.MAP_SHARED)
+for _i in range(0, 3 << 30, 4096):
+    _m[_i] = 1
+print("SURV" + "IVED shared memory")
+"""
+
+
+def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, dict]]:
+    def ln():
+        return copy.deepcopy(release[LN])
+
+    out = {
+        "forge_fd": {LN: set_source(ln(), "layernorm", FORGE_FD)},
+        "function_mode": {LN: set_source(ln(), "layernorm", FUNCTION_MODE)},
+        "global_hook": {LN: set_source(ln(), "layernorm", GLOBAL_HOOK)},
+        "thread_forward": {LN: set_source(ln(), "layernorm", THREAD_FORWARD)},
+        "forbidden_call": {LN: set_source(ln(), "layernorm", FORBIDDEN_CALL)},
+    }
+    # reads the solutions, kills the template, leaves a process to rewrite the grades, maps 3 GB of shared
+    # memory, and has an expression too deep for the parser: the honest LayerNorm still gets full marks
+    nb = solve(ln(), LN, "layernorm")
+    insert_after(nb, "test_layernorm", REACH_OUT.format(repo=REPO_ROOT, out=out_dir))
+    insert_after(nb, "layernorm", "deep = " + "-" * 50000 + "1")
+    nb["cells"].append(code_cell(SHARED_MEMORY))
+    out["reach_out"] = {LN: nb}
+    out["solved."] = {LN: solve(ln(), LN, "layernorm")}  # the same id as "solved": graded as "solved-2"
+    return out
+
+
+SANDBOX_CHEATS = {  # student -> what its flags must name
+    "forge_fd": "forged re-check records",
+    "function_mode": "TorchFunctionMode",
+    "global_hook": "global module hook",
+    "thread_forward": "ran in a thread learner code started",
+    "forbidden_call": "torch.nn.functional.layer_norm, which this exercise forbids",
+}
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},
     "solved": "all",
@@ -319,6 +446,9 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "kernel_death": {"test_embed": "max"},
     "colab": "all",
     "vscode": "all",
+    **{student: {} for student in SANDBOX_CHEATS},
+    "reach_out": "all",
+    "solved-2": "all",
 }
 TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
 
@@ -330,14 +460,14 @@ def graded(tmp_path_factory):
     prepare_course(root / "setup", names, CELL_TIMEOUT, 240)
     release = {n: read_json(root / "setup" / "release" / n / f"{n}.ipynb") for n in (LN, EMB)}
     submissions = root / "submissions"
-    for student, notebooks in scenarios(release).items():
+    out = root / "out"
+    for student, notebooks in {**scenarios(release), **sandbox_scenarios(release, out)}.items():
         (submissions / student).mkdir(parents=True)
         for name, nb in notebooks.items():
             (submissions / student / f"{name}.ipynb").write_text(json.dumps(nb, indent=1))
     (submissions / "solved" / "notes.txt").write_text("an extra file, ignored")
     (submissions / "broken").mkdir()
     (submissions / "broken" / f"{LN}.ipynb").write_text("{ this is not json")
-    out = root / "out"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     run = subprocess.run(
         [
@@ -353,6 +483,9 @@ def graded(tmp_path_factory):
             str(CELL_TIMEOUT),
             "--notebook-timeout",
             "240",
+            "--memory-gb",
+            "2",
+            *([] if SANDBOX else ["--no-sandbox"]),
         ],
         check=False,
         capture_output=True,
@@ -361,6 +494,12 @@ def graded(tmp_path_factory):
         timeout=1500,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    grades_text = (out / "grades.csv").read_text()
+    import time
+
+    time.sleep(8)  # longer than reach_out's detached process waits before it rewrites the grades
+    if SANDBOX:
+        assert (out / "grades.csv").read_text() == grades_text and "HACKED" not in grades_text
     with open(out / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     with open(out / "summary.csv", newline="") as f:
@@ -520,3 +659,68 @@ def test_normalise_restores_a_deleted_test_and_fixes_ids():
     assert len(set(ids)) == len(ids)
     assert nb["metadata"]["kernelspec"] == release["metadata"]["kernelspec"]
     assert all(c.get("outputs", []) == [] for c in nb["cells"])
+
+
+# ---------------------------------------------------------------------- the sandbox (issue #14)
+@needs_sandbox
+@pytest.mark.parametrize("student", sorted(SANDBOX_CHEATS))
+def test_cheats_past_the_in_process_guards_score_zero_and_are_flagged(graded, student):
+    rows = check_expected(graded, student)
+    result = graded["out"] / "course" / "recheck" / student / f"{LN}.result.jsonl"
+    seen = rows[0]["flags"] + result.read_text()  # where nbgrader failed it too, the re-check's message says why
+    assert SANDBOX_CHEATS[student] in seen, seen
+
+
+@needs_sandbox
+def test_sandbox_hides_the_answers_and_the_outputs_and_the_grader(graded):
+    rows = check_expected(graded, "reach_out")
+    text = (graded["out"] / "course" / "autograded" / "reach_out" / LN / f"{LN}.ipynb").read_text()
+    reach = text[text.index("REACH:") :].split("\\n")[0]
+    assert "READABLE" not in reach and "KILLED" not in reach, reach
+    assert "SURVIVED" not in text  # the memory cgroup counts shared memory: the kernel was stopped
+    assert "DeadKernelError" in rows[0]["flags"], rows[0]["flags"]
+
+
+def test_colliding_folders_are_both_graded_and_flagged(graded):
+    rows = check_expected(graded, "solved-2")
+    assert "map to the same id" in rows[0]["flags"], rows[0]["flags"]
+    assert "rows flagged" in graded["log"]
+
+
+def test_refuses_to_grade_without_the_sandbox(tmp_path):
+    (tmp_path / "subs").mkdir()
+    env = dict(os.environ, PATH="/nonexistent")
+    run = subprocess.run(
+        [sys.executable, "-m", "instructor.grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out")],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode != 0 and "--no-sandbox" in run.stderr, run.stderr[-2000:]
+
+
+def test_plan_survives_an_expression_too_deep_for_the_parser():
+    sol = solution(LN)
+    nb = copy.deepcopy(sol)
+    nb["cells"].insert(1, code_cell("x = " + "-" * 100000 + "1"))
+    plan = build_plan(sol, nb, LN, notebook_names())
+    assert any("could not be parsed" in (s.get("error") or "") for s in plan["steps"])
+
+
+def test_static_scan_names_the_forbidden_call():
+    from instructor.plan import forbidden_calls
+
+    found = scan(ast.parse("def f(x):\n    return F.layer_norm(x, (4,))"), forbidden_calls(LN))
+    assert found and "torch.nn.functional.layer_norm" in found[0]
+    assert not scan(ast.parse("class LayerNorm(nn.Module):\n    pass"), forbidden_calls(LN))
+
+
+@pytest.mark.parametrize("name", notebook_names())
+def test_static_scan_accepts_every_solution(name):
+    """The course's own answers pass the exercise scan (08's hooks exercise may register hooks; others may not)."""
+    sol = solution(name)
+    plan = build_plan(sol, sol, name, notebook_names())
+    findings = [(step.get("exercise"), f) for step in plan["steps"] for f in step.get("findings", [])]
+    assert findings == [], findings
