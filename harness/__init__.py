@@ -4,7 +4,13 @@ A learner imports only what is listed in `__all__`.
 """
 
 from harness._assertions import learner_facing as _learner_facing
-from harness.attention_checks import causal_mask_test
+from harness.attention_checks import (
+    attention_pattern_test,
+    attention_scores_test,
+    causal_mask_test,
+    project_heads_test,
+    weighted_values_test,
+)
 from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
 from harness.config import Config
 from harness.course import components
@@ -51,6 +57,8 @@ from harness.training_checks import lm_loss_test, masked_loss_test, reversal_flo
 __all__ = [
     "Config",
     "EncoderDecoderConfig",
+    "attention_pattern_test",
+    "attention_scores_test",
     "beam_search_test",
     "cache_activations_test",
     "cached_generate_test",
@@ -85,6 +93,7 @@ __all__ = [
     "merge_heads_test",
     "multi_head_attention_test",
     "param_count_test",
+    "project_heads_test",
     "rand_float_test",
     "rand_int_test",
     "reference_checkpoint",
@@ -101,6 +110,7 @@ __all__ = [
     "top_k_test",
     "top_p_test",
     "train_test",
+    "weighted_values_test",
 ]
 
 # Every public check hides the harness's own frames and names an unfinished exercise (see `learner_facing`).

@@ -6,7 +6,13 @@ import torch
 
 from harness._assertions import as_tensor_output, call, fail
 
-__all__ = ["causal_mask_test"]
+__all__ = [
+    "attention_pattern_test",
+    "attention_scores_test",
+    "causal_mask_test",
+    "project_heads_test",
+    "weighted_values_test",
+]
 
 
 def causal_mask_test(apply_causal_mask) -> None:
@@ -53,3 +59,150 @@ def causal_mask_test(apply_causal_mask) -> None:
             fail(f"{name} changed scores on or below the diagonal, which must pass through unchanged.")
         fail(f"{name} left some scores of later keys (above the diagonal) unmasked.")
     print(f"{name} passed: keys after their query are masked, the diagonal and the past are unchanged.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The steps of attention, one check each: scores, pattern, weighted sum of values, output projection.
+
+
+def _rand(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return tuple(a.shape) == tuple(b.shape) and bool(torch.allclose(a, b, atol=1e-5, rtol=1e-4))
+
+
+def _run_step(fn, name: str, *args) -> torch.Tensor:
+    if not callable(fn):
+        fail(f"Expected the function itself, got {type(fn).__name__}.")
+    given = [a.clone() for a in args]
+    out = as_tensor_output(call(fn, *given, what=f"{name}(...)"), name)
+    for before, after in zip(args, given):
+        if not torch.equal(before, after):
+            fail(f"{name} modified an input in place: compute into a new tensor.")
+    return out
+
+
+def _named_variant(name: str, out: torch.Tensor, expected: torch.Tensor, variants: dict, what: str) -> None:
+    if _close(out, expected):
+        return
+    for label, variant in variants.items():
+        if _close(out, variant):
+            fail(f"{name} {label}.")
+    if tuple(out.shape) != tuple(expected.shape):
+        fail(f"{name} returned shape {list(out.shape)}, expected {what} = {list(expected.shape)}.")
+    worst = (out - expected).abs().max().item()
+    fail(f"{name} has the right shape but wrong values (largest difference {worst:.3g}).")
+
+
+def attention_scores_test(attention_scores) -> None:
+    """Checks `attention_scores(q, k) -> [batch n_heads pos_q pos_k]`: q . k / sqrt(d_head) for every pair, per head."""
+    name = getattr(attention_scores, "__name__", "attention_scores")
+    batch, pos, n_heads, d_head = 2, 5, 3, 16
+    q, k = _rand(0, batch, pos, n_heads, d_head), _rand(1, batch, pos, n_heads, d_head)
+    out = _run_step(attention_scores, name, q, k)
+    raw = torch.einsum("bqhd,bkhd->bhqk", q, k)
+    expected = raw / d_head**0.5
+    _named_variant(
+        name,
+        out,
+        expected,
+        {
+            "did not divide by sqrt(d_head): without it the scores grow with the head size and the softmax saturates": raw,
+            "divided by d_head, not by its square root": raw / d_head,
+            "multiplied by sqrt(d_head) where dividing is due": raw * d_head**0.5,
+            "put the key axis before the query axis: the output is [batch n_heads pos_q pos_k], one row per query": expected.transpose(
+                -1, -2
+            ),
+            "left the heads after the positions: the output is [batch n_heads pos_q pos_k]": expected.permute(
+                0, 2, 1, 3
+            ),
+        },
+        "[batch n_heads pos_q pos_k]",
+    )
+    print(f"{name} passed: q . k / sqrt(d_head) for every (query, key) pair of every head.")
+
+
+def attention_pattern_test(attention_pattern) -> None:
+    """Checks `attention_pattern(attn_scores) -> pattern`: the causal mask, then a softmax over the keys."""
+    name = getattr(attention_pattern, "__name__", "attention_pattern")
+    scores = 3 * _rand(2, 2, 3, 6, 6)
+    out = _run_step(attention_pattern, name, scores)
+    future = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    masked = scores.masked_fill(future, -1e5)
+    expected = masked.softmax(-1)
+    _named_variant(
+        name,
+        out,
+        expected,
+        {
+            "took the softmax over the queries (dim -2): each query's row, over the keys (dim -1), must sum to 1": masked.softmax(
+                -2
+            ),
+            "applied no causal mask: queries attend to later keys": scores.softmax(-1),
+            "masked after the softmax: the rows no longer sum to 1 (mask the scores, then take the softmax)": scores.softmax(
+                -1
+            ).masked_fill(future, 0.0),
+            "took the softmax over the heads (dim 1)": masked.softmax(1),
+        },
+        "[batch n_heads pos_q pos_k] (the shape of the scores)",
+    )
+    print(f"{name} passed: masked, then a softmax over the keys; every row sums to 1, nothing above the diagonal.")
+
+
+def weighted_values_test(weighted_values) -> None:
+    """Checks `weighted_values(pattern, v) -> z [batch pos_q n_heads d_head]`: each query's pattern-weighted sum of
+    the values."""
+    name = getattr(weighted_values, "__name__", "weighted_values")
+    batch, pos, n_heads, d_head = 2, 5, 3, 4
+    future = torch.ones(pos, pos, dtype=torch.bool).triu(1)
+    pattern = (2 * _rand(3, batch, n_heads, pos, pos)).masked_fill(future, -1e5).softmax(-1)
+    v = _rand(4, batch, pos, n_heads, d_head)
+    out = _run_step(weighted_values, name, pattern, v)
+    expected = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+    _named_variant(
+        name,
+        out,
+        expected,
+        {
+            "summed over the queries instead of the keys (the pattern's last axis is the key: contract v's position with it)": torch.einsum(
+                "bhqk,bqhd->bkhd", pattern, v
+            ),
+            "left the heads before the positions: z is [batch pos_q n_heads d_head], like q, k and v": expected.permute(
+                0, 2, 1, 3
+            ),
+            "averaged the values uniformly, ignoring the pattern": v.cumsum(1)
+            / torch.arange(1, pos + 1)[None, :, None, None],
+        },
+        "[batch pos_q n_heads d_head]",
+    )
+    print(f"{name} passed: z[query] is the pattern-weighted sum of the values over the keys, per head.")
+
+
+def project_heads_test(project_heads) -> None:
+    """Checks `project_heads(z, W_O, b_O) -> [batch pos d_model]`: every head's z through its W_O, summed, plus b_O."""
+    name = getattr(project_heads, "__name__", "project_heads")
+    batch, pos, n_heads, d_head, d_model = 2, 5, 3, 4, 6
+    z, W_O, b_O = _rand(5, batch, pos, n_heads, d_head), _rand(6, n_heads, d_head, d_model), _rand(7, d_model)
+    out = _run_step(project_heads, name, z, W_O, b_O)
+    per_head = torch.einsum("bphd,hdm->bphm", z, W_O)
+    expected = per_head.sum(2) + b_O
+    _named_variant(
+        name,
+        out,
+        expected,
+        {
+            "averaged the heads: each head writes its own contribution to the residual stream, so they are summed": per_head.mean(
+                2
+            )
+            + b_O,
+            f"added b_O once per head ({n_heads} times): it is one bias for the whole layer, added after the sum": per_head.sum(
+                2
+            )
+            + n_heads * b_O,
+            "left out the bias b_O": per_head.sum(2),
+        },
+        "[batch pos d_model]",
+    )
+    print(f"{name} passed: sum over heads of z[h] @ W_O[h], plus b_O once.")
