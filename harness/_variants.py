@@ -127,7 +127,16 @@ def _block_variants(ref, x):
 
 
 def _unembed_variants(ref, x):
-    return {"It matches the unembedding without the bias b_U.": x @ ref.W_U}
+    logits = x @ ref.W_U + ref.b_U
+    return {
+        "It matches the unembedding without the bias b_U.": x @ ref.W_U,
+        "It matches the logits followed by a softmax: the unembedding returns logits (the loss takes the softmax).": logits.softmax(
+            -1
+        ),
+        "It matches the logits followed by a log_softmax: the unembedding returns the logits themselves.": logits.log_softmax(
+            -1
+        ),
+    }
 
 
 def _pos_embed_variants(ref, x):
@@ -262,3 +271,201 @@ def gelu_probe(cls) -> None:
         f"The MLP's activation differs from GPT-2's tanh GELU: at pre-activation {grid[worst].item():.2f} it gives "
         f"{out[worst].item():.6g}, expected {expected[worst].item():.6g}."
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Composite modules: trace the learner's own submodules and find the first place that departs from the reference.
+
+
+def _trace(module, x: Tensor, names: list[str]) -> tuple[dict, list[str]]:
+    """One forward pass of `module` with each named submodule's input, output and call order recorded."""
+    seen: dict[str, tuple[Tensor, Tensor]] = {}
+    order: list[str] = []
+    handles = []
+
+    def hook(name):
+        def record(sub, inputs, output):
+            if inputs and isinstance(inputs[0], Tensor) and isinstance(output, Tensor):
+                seen.setdefault(name, (inputs[0].detach(), output.detach()))
+                order.append(name)
+
+        return record
+
+    try:
+        for name in names:
+            sub = module.get_submodule(name)
+            handles.append(sub.register_forward_hook(hook(name)))
+        with torch.no_grad():
+            module(x)
+    except Exception:  # noqa: BLE001 -- no trace, no diagnosis: the caller reports the plain mismatch
+        return {}, []
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen, order
+
+
+def _same(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
+    return a.shape == b.shape and mismatch_summary(a, b, atol, rtol) is None
+
+
+def _which(value: Tensor, candidates: dict[str, Tensor], atol: float, rtol: float) -> str | None:
+    return next((label for label, c in candidates.items() if _same(value, c, atol, rtol)), None)
+
+
+def _sublayer_problem(label: str, kind: str, ref_sub, given: Tensor, got: Tensor, atol: float, rtol: float) -> str:
+    """'' when the learner's submodule agrees with the reference's on the input it received, else a diagnosis."""
+    with torch.no_grad():
+        expected = ref_sub(given, given, given) if kind == "Attention" else ref_sub(given)
+    if _same(got, expected, atol, rtol):
+        return ""
+    hint = diagnose(kind, ref_sub, given, got, atol, rtol)
+    return f"{label} itself differs from the reference on the input it received" + (f": {hint}" if hint else ".")
+
+
+def diagnose_block(module, ref, x: Tensor, atol: float, rtol: float) -> str:
+    """Where a pre-LN block's wiring or one of its sublayers departs from GPT-2's, from a trace of the learner's own
+    submodules (ln1, attn, ln2, mlp); '' when the trace does not single out a place."""
+    names = ["ln1", "attn", "ln2", "mlp"]
+    if not all(hasattr(module, n) for n in names):
+        return ""
+    seen, order = _trace(module, x, names)
+    if not seen:
+        return ""
+    missing = [n for n in names if n not in seen]
+    if missing:
+        if missing[0] in ("ln1", "ln2"):
+            return (
+                f"The block never called self.{missing[0]}: GPT-2 normalises each sublayer's input (pre-LN), ln1 "
+                "before attention and ln2 before the MLP."
+            )
+        return f"The block never called self.{missing[0]}: each of ln1, attn, ln2 and mlp is used once per forward."
+    if order.index("ln2") < order.index("ln1"):
+        return (
+            "The block calls ln2 before ln1: they are swapped. ln1 normalises attention's input, ln2 the MLP's "
+            "(each has its own weights)."
+        )
+    if order.index("mlp") < order.index("attn"):
+        return "The block runs the MLP before attention: GPT-2's block is attention first, then the MLP."
+    ln1_in, ln1_out = seen["ln1"]
+    attn_in, attn_out = seen["attn"]
+    ln2_in, ln2_out = seen["ln2"]
+    mlp_in, mlp_out = seen["mlp"]
+    mid = x + attn_out
+    values = {
+        "the block's input (resid_pre)": x,
+        "ln1's output": ln1_out,
+        "the attention output alone": attn_out,
+        "resid_pre + attention output (resid_mid)": mid,
+        "ln2's output": ln2_out,
+        "the MLP output alone": mlp_out,
+    }
+    wires = [
+        ("ln1", ln1_in, "the block's input (resid_pre)"),
+        ("attn", attn_in, "ln1's output"),
+        ("ln2", ln2_in, "resid_pre + attention output (resid_mid)"),
+        ("mlp", mlp_in, "ln2's output"),
+    ]
+    for name, got_in, due in wires:
+        if _same(got_in, values[due], atol, rtol):
+            continue
+        found = _which(got_in, values, atol, rtol)
+        extra = ""
+        if name == "ln2" and found == "the attention output alone":
+            extra = (
+                " The residual connection around attention is missing: resid_mid = resid_pre + attn(ln1(resid_pre))."
+            )
+        if name in ("attn", "mlp") and found in (
+            "the block's input (resid_pre)",
+            "resid_pre + attention output (resid_mid)",
+        ):
+            extra = " Its LayerNorm was skipped: GPT-2 normalises the input of each sublayer (pre-LN)."
+        if found:
+            return f"In the block, self.{name} received {found} where {due} is due.{extra}"
+        return f"In the block, self.{name} received something other than {due} (it matches none of the block's other values)."
+    for label, kind, ref_sub, (given, got) in (
+        ("ln1", "LayerNorm", ref.ln1, seen["ln1"]),
+        ("attn", "Attention", ref.attn, seen["attn"]),
+        ("ln2", "LayerNorm", ref.ln2, seen["ln2"]),
+        ("mlp", "MLP", ref.mlp, seen["mlp"]),
+    ):
+        problem = _sublayer_problem(f"The block's {label}", kind, ref_sub, given, got, atol, rtol)
+        if problem:
+            return problem
+    with torch.no_grad():
+        out = module(x)
+    if _same(out, mlp_out, atol, rtol):
+        return "The block returns the MLP output alone: the residual connection around the MLP is missing (return resid_mid + mlp_out)."
+    if _same(out, mid, atol, rtol):
+        return "The block returns resid_mid: the MLP's output is never added to the residual stream."
+    return "Every sublayer is wired and computes as in GPT-2, but the block's return value is not resid_mid + mlp_out."
+
+
+def diagnose_model(module, ref, tokens: Tensor, atol: float, rtol: float) -> str:
+    """The first place where a full model departs from GPT-2's order (embeddings, blocks 0..n-1, ln_final, unembed),
+    from a trace of the learner's own submodules; '' when the trace does not single out a place."""
+    n = len(getattr(module, "blocks", []))
+    names = ["embed", "pos_embed", *[f"blocks.{i}" for i in range(n)], "ln_final", "unembed"]
+    if n == 0 or not all(_has(module, name) for name in names):
+        return ""
+    seen, order = _trace(module, tokens, names)
+    if not seen:
+        return ""
+    block_order = [name for name in order if name.startswith("blocks.")]
+    if block_order == [f"blocks.{i}" for i in reversed(range(n))] and n > 1:
+        return "The blocks run in reverse order: block 0 must come first, each fed the previous block's output."
+    missing = [name for name in names if name not in seen]
+    if missing:
+        return f"The model never called self.{missing[0]}."
+    embed_out, pos_out = seen["embed"][1], seen["pos_embed"][1]
+    expected_in = embed_out + pos_out
+    for i in range(n):
+        given, got = seen[f"blocks.{i}"]
+        if not _same(given, expected_in, atol, rtol):
+            what = "the sum of the token and position embeddings" if i == 0 else f"block {i - 1}'s output"
+            if i == 0 and _same(given, embed_out, atol, rtol):
+                return "Block 0 received the token embeddings alone: add pos_embed(tokens) to embed(tokens)."
+            return f"Block {i} did not receive {what}."
+        problem = _block_problem(module.blocks[i], i, ref, given, got, atol, rtol)
+        if problem:
+            return problem
+        expected_in = got
+    given, got = seen["ln_final"]
+    if not _same(given, expected_in, atol, rtol):
+        return "ln_final did not receive the last block's output."
+    problem = _sublayer_problem("ln_final", "LayerNorm", ref.ln_final, given, got, atol, rtol)
+    if problem:
+        return problem
+    given, logits = seen["unembed"]
+    if not _same(given, got, atol, rtol):
+        if _same(given, expected_in, atol, rtol):
+            return "The unembedding received the last block's output directly: apply ln_final first."
+        return "The unembedding did not receive ln_final's output."
+    problem = _sublayer_problem("The unembedding", "Unembed", ref.unembed, given, logits, atol, rtol)
+    if problem:
+        return problem
+    with torch.no_grad():
+        out = module(tokens)
+    if _same(out, logits.softmax(-1), atol, rtol):
+        return "The model returns probabilities (a softmax of the logits): return the logits themselves."
+    if _same(out, logits.log_softmax(-1), atol, rtol):
+        return "The model returns log-probabilities (a log_softmax of the logits): return the logits themselves."
+    return "Every submodule is wired and computes as in GPT-2, but the model's return value is not the unembedding's output."
+
+
+def _has(module, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
+
+
+def _block_problem(block, i: int, ref, given: Tensor, got: Tensor, atol: float, rtol: float) -> str:
+    with torch.no_grad():
+        expected = ref.blocks[i](given)
+    if _same(got, expected, atol, rtol):
+        return ""
+    hint = diagnose("TransformerBlock", ref.blocks[i], given, got, atol, rtol)
+    hint = hint or diagnose_block(block, ref.blocks[i], given, atol, rtol)
+    return f"Block {i} differs from the reference on the input it received" + (f": {hint}" if hint else ".")

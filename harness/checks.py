@@ -238,7 +238,13 @@ def _compare_outputs(kind, module, reference, x, out, what, context) -> None:
     if summary is None:
         return
     hint = _variants.diagnose(kind, reference, x, out, _tolerance(expected), RTOL)
-    fail(f"{what} output does not match the reference {context}: {summary}." + (f" {hint}" if hint else ""))
+    if not hint and kind == "TransformerBlock":
+        hint = _variants.diagnose_block(module, reference, x, _tolerance(expected), RTOL)
+    elif not hint and kind == "DemoTransformer":
+        hint = _variants.diagnose_model(module, reference, x, _tolerance(expected), RTOL)
+    if hint:  # the likely cause first, then the evidence
+        fail(f"{what}: {hint} (Its output does not match the reference {context}: {summary}.)")
+    fail(f"{what} output does not match the reference {context}: {summary}.")
 
 
 def _module_check(
