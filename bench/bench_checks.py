@@ -2,7 +2,9 @@
 
     HF_HUB_OFFLINE=1 python bench/bench_checks.py [--repeat 5]
 
-Prints one line per measurement and each check's ratio to the 0.5 s goal, all measured in this run.
+Prints one line per measurement: each check's median time, the median time of the learner's constructor it calls
+(`cls(cfg)`, the part of the check's time that is the learner's own code), and the rest's ratio to the 0.5 s goal,
+all measured in this run.
 """
 
 import argparse
@@ -28,7 +30,7 @@ def main() -> None:
     )
     print(f"load reference (fresh process, imports included): {cold:.2f} s")
 
-    from harness import components, load_gpt2_test, load_reference_gpt2, rand_float_test, rand_int_test
+    from harness import Config, components, load_gpt2_test, load_reference_gpt2, rand_float_test, rand_int_test
 
     start = time.perf_counter()
     reference = load_reference_gpt2("offline")
@@ -69,15 +71,27 @@ def main() -> None:
     }
     with contextlib.redirect_stdout(io.StringIO()):
         cases["rand_float_test(LayerNorm, [2, 4, 768])"]()  # warm-up: first-call imports
-    for name, run in cases.items():
+    reference_cfg, gpt2_small = Config.from_reference(reference), Config()
+
+    def median_time(run) -> float:
         times = []
         for _ in range(args.repeat):
             start = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):
                 run()
             times.append(time.perf_counter() - start)
-        median = statistics.median(times)
-        print(f"{name}: median {median:.3f} s over {args.repeat} runs; {median / GOAL_S:.2f}x the {GOAL_S} s goal")
+        return statistics.median(times)
+
+    for name, run in cases.items():
+        cls = getattr(course, name.split("(")[1].split(",")[0].rstrip(")"))
+        cfg = reference_cfg if name.startswith("load_gpt2_test") else gpt2_small
+        check = median_time(run)
+        ctor = median_time(lambda cls=cls, cfg=cfg: cls(cfg))
+        rest = max(0.0, check - ctor)
+        print(
+            f"{name}: median {check:.3f} s over {args.repeat} runs, of which the constructor {ctor:.3f} s; "
+            f"the rest {rest:.3f} s = {rest / GOAL_S:.2f}x the {GOAL_S} s goal"
+        )
 
 
 if __name__ == "__main__":
