@@ -13,7 +13,7 @@ from harness.attention_checks import (
 )
 from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
 from harness.config import Config
-from harness.course import components
+from harness.course import components, yours_or_course
 from harness.embedding_checks import sinusoidal_test
 from harness.encoder_decoder_checks import (
     EncoderDecoderConfig,
@@ -111,6 +111,7 @@ __all__ = [
     "top_p_test",
     "train_test",
     "weighted_values_test",
+    "yours_or_course",
 ]
 
 # Every public check hides the harness's own frames and names an unfinished exercise (see `learner_facing`).
