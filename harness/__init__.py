@@ -52,7 +52,7 @@ from harness.sampling_checks import (
 )
 from harness.tokenizer import gpt2_encoding, gpt2_tokenizer
 from harness.tour_checks import param_count_test
-from harness.training_checks import lm_loss_test, masked_loss_test, reversal_floor_test, train_test
+from harness.training_checks import lm_loss_test, lr_schedule_test, masked_loss_test, reversal_floor_test, train_test
 
 __all__ = [
     "Config",
@@ -87,6 +87,7 @@ __all__ = [
     "load_reference_gpt2",
     "logit_attribution_test",
     "logit_lens_test",
+    "lr_schedule_test",
     "make_batch_test",
     "masked_loss_test",
     "mean_ablation_test",

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from harness._assertions import as_tensor_output, assert_unchanged, call, fail
 
-__all__ = ["lm_loss_test", "masked_loss_test", "reversal_floor_test", "train_test"]
+__all__ = ["lm_loss_test", "lr_schedule_test", "masked_loss_test", "reversal_floor_test", "train_test"]
 
 _TOL = 1e-4  # absolute and relative, on losses computed in float32
 
@@ -673,4 +673,76 @@ def _masked_loss_test(masked_lm_loss) -> None:
             fail(f"{name}'s gradient reaches logits whose next token is not masked: they must not affect the loss.")
     print(
         f"{name} passed: the mean next-token loss over the masked tokens only, with rows of different answer lengths."
+    )
+
+
+def _lr_variants(step: int, args) -> dict[str, float]:
+    """The usual wrong schedules at one step, each named."""
+    warm = step < args.warmup_steps
+    span = max(1, args.max_steps - args.warmup_steps)
+    progress = min(1.0, (step - args.warmup_steps) / span)
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    floor = args.min_lr_ratio
+    return {
+        "warms up from 0: at step 0 the rate is 0, so the first update is wasted; use (step + 1) / warmup_steps": (
+            args.lr * step / args.warmup_steps if warm else _expected_lr(step, args)
+        ),
+        "decays to 0 instead of min_lr_ratio * lr: the cosine runs between the peak and the floor": (
+            _expected_lr(step, args) if warm else args.lr * cosine
+        ),
+        "does not stop decaying at max_steps: clamp the progress at 1 (min(1, ...))": (
+            _expected_lr(step, args)
+            if warm
+            else args.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * (step - args.warmup_steps) / span)))
+        ),
+        "measures the cosine's progress from step 0, not from the end of the warm-up": (
+            _expected_lr(step, args)
+            if warm
+            else args.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / args.max_steps))))
+        ),
+        "has no warm-up: the rate starts at its peak": (
+            args.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / args.max_steps))))
+        ),
+        "decays linearly, not along a cosine": (
+            _expected_lr(step, args) if warm else args.lr * (floor + (1 - floor) * (1 - progress))
+        ),
+    }
+
+
+def lr_schedule_test(lr_at: Callable, TrainingArgs) -> None:
+    """Checks `lr_at(step, args) -> float`: a linear warm-up to args.lr over warmup_steps, then a cosine decay to
+    min_lr_ratio * lr at max_steps, and flat after it."""
+    name = getattr(lr_at, "__name__", "lr_at")
+    if not callable(lr_at):
+        fail(f"Expected the function itself, got {type(lr_at).__name__}.")
+    try:
+        args = TrainingArgs(max_steps=200, lr=3e-3, warmup_steps=20, min_lr_ratio=0.1)
+    except TypeError as err:
+        raise AssertionError(
+            f"TrainingArgs(max_steps=..., lr=..., warmup_steps=..., min_lr_ratio=...) failed: {err}"
+        ) from err
+    steps = [0, 1, 10, 19, 20, 21, 60, 110, 150, 199, 200, 260]
+    got = {}
+    for step in steps:
+        value = call(lr_at, step, args, what=f"{name}({step}, args)")
+        if isinstance(value, Tensor):
+            value = value.item()
+        if not isinstance(value, (int, float)):
+            fail(f"{name}({step}, args) returned {type(value).__name__}; return a float (the learning rate).")
+        got[step] = float(value)
+    wrong = [s for s in steps if not math.isclose(got[s], _expected_lr(s, args), rel_tol=1e-6, abs_tol=1e-12)]
+    if not wrong:
+        print(
+            f"{name} passed: warm-up to {args.lr:g} over {args.warmup_steps} steps, cosine to "
+            f"{args.min_lr_ratio * args.lr:g} at step {args.max_steps}, flat after."
+        )
+        return
+    for label in _lr_variants(0, args):
+        if all(math.isclose(got[s], _lr_variants(s, args)[label], rel_tol=1e-6, abs_tol=1e-12) for s in steps):
+            fail(f"{name} {label}.")
+    step = wrong[0]
+    fail(
+        f"{name}({step}, args) = {got[step]:.6g}, expected {_expected_lr(step, args):.6g} (warm-up {args.warmup_steps} "
+        f"steps to lr={args.lr:g}, cosine to {args.min_lr_ratio * args.lr:g} at max_steps={args.max_steps}); "
+        f"{len(wrong)} of the {len(steps)} steps tried differ."
     )

@@ -392,3 +392,58 @@ def test_masked_loss_passes_course_implementation(capsys):
 )
 def test_masked_loss_catches(wrong, match):
     assert_fails(masked_loss_test, wrong, match=match)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The learning-rate schedule
+
+
+def _schedule(mistake):
+    import math
+
+    def lr_at(step, args):
+        warm = step < args.warmup_steps
+        span = max(1, args.max_steps - args.warmup_steps)
+        progress = (step - args.warmup_steps) / span
+        if mistake != "unclamped":
+            progress = min(1.0, progress)
+        if mistake == "from_zero" and warm:
+            return args.lr * step / args.warmup_steps
+        if mistake == "no_warmup" or (mistake == "from_start" and not warm):
+            progress = min(1.0, step / args.max_steps)
+        elif warm:
+            return args.lr * (step + 1) / args.warmup_steps
+        floor = 0.0 if mistake == "to_zero" else args.min_lr_ratio
+        shape = 1 - progress if mistake == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+        return args.lr * (floor + (1 - floor) * shape)
+
+    return lr_at
+
+
+@pytest.mark.parametrize(
+    ("mistake", "phrase"),
+    [
+        ("from_zero", "warms up from 0"),
+        ("to_zero", "decays to 0 instead of min_lr_ratio"),
+        ("unclamped", "does not stop decaying at max_steps"),
+        ("from_start", "progress from step 0"),
+        ("no_warmup", "has no warm-up"),
+        ("linear", "decays linearly"),
+    ],
+)
+def test_wrong_schedules_are_named(mistake, phrase):
+    from harness import lr_schedule_test
+
+    course = components("06_training")
+    with pytest.raises(AssertionError) as err:
+        lr_schedule_test(_schedule(mistake), course.TrainingArgs)
+    assert phrase in str(err.value), str(err.value)
+
+
+def test_course_schedule_passes(capsys):
+    from harness import lr_schedule_test
+
+    course = components("06_training")
+    lr_schedule_test(course.lr_at, course.TrainingArgs)
+    lr_schedule_test(_schedule("right"), course.TrainingArgs)
+    assert capsys.readouterr().out.count("passed") == 2
