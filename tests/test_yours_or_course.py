@@ -25,7 +25,7 @@ def _folder(tmp_path, source: str) -> Path:
 
 
 def test_finished_notebooks_are_used(tmp_path, capsys):
-    LayerNorm, Attention = yours_or_course(
+    LayerNorm, _ = yours_or_course(
         "03_attention", "LayerNorm", "Attention", folder=_folder(tmp_path, "solutions")
     )
     assert LayerNorm is not components("03_attention").LayerNorm
