@@ -25,9 +25,7 @@ def _folder(tmp_path, source: str) -> Path:
 
 
 def test_finished_notebooks_are_used(tmp_path, capsys):
-    LayerNorm, _ = yours_or_course(
-        "03_attention", "LayerNorm", "Attention", folder=_folder(tmp_path, "solutions")
-    )
+    LayerNorm, _ = yours_or_course("03_attention", "LayerNorm", "Attention", folder=_folder(tmp_path, "solutions"))
     assert LayerNorm is not components("03_attention").LayerNorm
     assert LayerNorm.__module__ == "harness.course.yours"
     assert capsys.readouterr().out.strip() == "Using your LayerNorm, Attention."
