@@ -167,12 +167,8 @@ def bwrap_command(
     empty tmpfs (in case they lie under something that is bound)."""
     args = [bwrap, *namespace_args(), "--die-with-parent", "--new-session"]
     args += _system_binds()
-    binds = [*python_dirs(), *(str(REPO_ROOT / package) for package in ("harness", "instructor"))]
-    parents = sorted({str(parent) for d in binds for parent in Path(d).parents if str(parent) != "/"}, key=len)
-    for parent in parents:  # bwrap would make them 0700: the children, under other uids, could not get through
-        args += ["--perms", "0755", "--dir", parent]
-    for d in binds:
-        args += ["--ro-bind", d, d]
+    # The private /tmp and /run first: the course or its virtual environment may live under /tmp (a CI clone), and
+    # a tmpfs mounted after their binds would hide them.
     args += [
         "--proc",
         "/proc",
@@ -187,6 +183,13 @@ def bwrap_command(
         "--dir",
         "/run/tfs",
     ]
+    binds = [*python_dirs(), *(str(REPO_ROOT / package) for package in ("harness", "instructor"))]
+    mounts = {"/", "/tmp", "/run"}
+    parents = sorted({str(parent) for d in binds for parent in Path(d).parents if str(parent) not in mounts}, key=len)
+    for parent in parents:  # bwrap would make them 0700: the children, under other uids, could not get through
+        args += ["--perms", "0755", "--dir", parent]
+    for d in binds:
+        args += ["--ro-bind", d, d]
     for path in rw:
         args += ["--bind", path, path]
     if cgroup is not None:
