@@ -52,7 +52,14 @@ from harness.sampling_checks import (
 )
 from harness.tokenizer import gpt2_encoding, gpt2_tokenizer
 from harness.tour_checks import param_count_test
-from harness.training_checks import lm_loss_test, lr_schedule_test, masked_loss_test, reversal_floor_test, train_test
+from harness.training_checks import (
+    lm_loss_test,
+    lr_schedule_test,
+    masked_loss_test,
+    reversal_floor_test,
+    train_test,
+    weight_decay_groups_test,
+)
 
 __all__ = [
     "Config",
@@ -111,6 +118,7 @@ __all__ = [
     "top_k_test",
     "top_p_test",
     "train_test",
+    "weight_decay_groups_test",
     "weighted_values_test",
     "yours_or_course",
 ]

@@ -1,5 +1,5 @@
-"""Checks for notebook 06 (training): the language-model loss, the training loop, the reversal task's loss floor and
-the masked loss of the bonus addition task.
+"""Checks for notebook 06 (training): the language-model loss, the learning-rate schedule, the weight-decay groups,
+the training loop, the reversal task's loss floor and the masked loss of the bonus addition task.
 
 Each check runs the learner's code on small inputs built here, compares the result with an independent computation
 (`torch.nn.functional.cross_entropy`, a closed form, a gradient recomputed at every optimizer step) and raises
@@ -20,7 +20,14 @@ from torch import Tensor, nn
 
 from harness._assertions import as_tensor_output, assert_unchanged, call, fail
 
-__all__ = ["lm_loss_test", "lr_schedule_test", "masked_loss_test", "reversal_floor_test", "train_test"]
+__all__ = [
+    "lm_loss_test",
+    "lr_schedule_test",
+    "masked_loss_test",
+    "reversal_floor_test",
+    "train_test",
+    "weight_decay_groups_test",
+]
 
 _TOL = 1e-4  # absolute and relative, on losses computed in float32
 
@@ -746,3 +753,131 @@ def lr_schedule_test(lr_at: Callable, TrainingArgs) -> None:
         f"steps to lr={args.lr:g}, cosine to {args.min_lr_ratio * args.lr:g} at max_steps={args.max_steps}); "
         f"{len(wrong)} of the {len(steps)} steps tried differ."
     )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# weight_decay_groups_test
+# --------------------------------------------------------------------------------------------------------------------
+
+_ADAMW_DEFAULT_DECAY = 0.01  # what AdamW applies to a group that names no weight_decay of its own
+
+
+def _decay_probe_model() -> nn.Module:
+    from harness.config import Config
+    from harness.course import components
+
+    cfg = Config(d_model=16, n_layers=2, n_heads=2, d_head=8, d_mlp=32, n_ctx=8, d_vocab=50)
+    torch.manual_seed(0)
+    return components("05_full_gpt2").DemoTransformer(cfg)
+
+
+def _kind(name: str, param: Tensor) -> str:
+    """What a parameter of the course's GPT-2 is, in the words the messages use."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in ("W_E", "W_pos"):
+        return "embedding"
+    if ".ln" in f".{name}" and leaf in ("w", "b"):
+        return "LayerNorm gain" if leaf == "w" else "LayerNorm bias"
+    if param.ndim < 2:
+        return "bias"
+    return "matrix"
+
+
+def weight_decay_groups_test(weight_decay_groups: Callable) -> None:
+    """Checks `weight_decay_groups(model, weight_decay) -> list of AdamW parameter groups`: every matrix of the
+    attention, MLP and unembedding decayed by `weight_decay`; embeddings, LayerNorm gains and biases, and all other
+    biases in a group with weight_decay 0; every parameter in exactly one group."""
+    name = getattr(weight_decay_groups, "__name__", "weight_decay_groups")
+    if not callable(weight_decay_groups):
+        fail(f"Expected the function itself, got {type(weight_decay_groups).__name__}.")
+    model = _decay_probe_model()
+    names = {id(p): n for n, p in model.named_parameters()}
+    with torch.no_grad():
+        before = {n: p.clone() for n, p in model.named_parameters()}
+    groups = call(weight_decay_groups, model, 0.05, what=f"{name}(model, 0.05)")
+    for n, p in model.named_parameters():
+        if not torch.equal(p, before[n]):
+            fail(f"{name} changed the model's parameter {n}: it should only sort the parameters into groups.")
+    if isinstance(groups, dict) or not isinstance(groups, list | tuple):
+        fail(
+            f"{name} returned {type(groups).__name__}; return a list of parameter groups, each a dict with "
+            "'params' (a list of tensors) and 'weight_decay', as torch.optim.AdamW accepts."
+        )
+    decay_of: dict[str, list[float]] = {}
+    for i, group in enumerate(groups):
+        if not isinstance(group, dict) or "params" not in group:
+            fail(
+                f"Group {i} is {type(group).__name__}; each group is a dict with a 'params' list and a 'weight_decay'."
+            )
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        if "weight_decay" not in group:
+            fail(
+                f"Group {i} has no 'weight_decay' entry: AdamW would apply its default, {_ADAMW_DEFAULT_DECAY}, to "
+                "it. Give every group its own value (0.0 for the group that must not decay)."
+            )
+        for p in params:
+            if id(p) not in names:
+                fail(
+                    f"Group {i} holds a tensor that is not one of the model's parameters (shape {list(p.shape)}): put "
+                    "the parameters themselves in the groups (from model.named_parameters()), not copies."
+                )
+            decay_of.setdefault(names[id(p)], []).append(float(group["weight_decay"]))
+    twice = [n for n, values in decay_of.items() if len(values) > 1]
+    if twice:
+        fail(
+            f"{len(twice)} parameters are in more than one group (e.g. {twice[0]}): AdamW refuses that. Put each "
+            "parameter in exactly one group."
+        )
+    missing = [n for n in names.values() if n not in decay_of]
+    if missing:
+        fail(
+            f"{len(missing)} parameters are in no group (e.g. {', '.join(missing[:3])}): the optimizer would never "
+            "update them. Every parameter goes in exactly one group."
+        )
+    params = dict(model.named_parameters())
+    wrong_value = sorted({v[0] for v in decay_of.values() if v[0] not in (0.0, 0.05)})
+    if wrong_value:
+        fail(
+            f"A group has weight_decay {wrong_value[0]:g}; called with weight_decay=0.05, the decayed group should use "
+            "0.05 and the other 0.0."
+        )
+    decayed = {n for n, v in decay_of.items() if v[0] > 0}
+    if not decayed:
+        fail(f"{name} decays nothing: the matrices of attention, the MLP and the unembedding should decay by 0.05.")
+    wrong: dict[str, list[str]] = {}
+    for n, p in params.items():
+        kind = _kind(n, p)
+        if (kind == "matrix") != (n in decayed):
+            wrong.setdefault(kind, []).append(n)
+    if not wrong:
+        print(
+            f"{name} passed: {len(decayed)} matrices decay, {len(params) - len(decayed)} embeddings, gains and "
+            "biases do not, and every parameter is in exactly one group."
+        )
+        return
+    why = {
+        "embedding": (
+            "Embeddings are decayed ({names}): decay shrinks every row at every step, but a row learns only when its "
+            "token (or position) is in the batch, so rare tokens' embeddings would be pulled toward zero between "
+            "appearances"
+        ),
+        "LayerNorm gain": (
+            "LayerNorm gains are decayed ({names}): decay pulls a value toward 0, but a gain's neutral value is 1, "
+            "so decay would shrink every normalised vector"
+        ),
+        "LayerNorm bias": "LayerNorm biases are decayed ({names}): biases, LayerNorm's included, stay out of decay",
+        "bias": (
+            "Biases are decayed ({names}): a bias only shifts an output, it cannot make the model more complex, so "
+            "decaying it only fights the fit"
+        ),
+        "matrix": (
+            "Matrices are not decayed ({names}): W_Q, W_K, W_V, W_O, W_in, W_out and W_U (p.ndim >= 2, not an "
+            "embedding) are the weights weight decay is for"
+        ),
+    }
+    kind, which = next(iter(wrong.items()))
+    names = ", ".join(which[:3]) + (f" and {len(which) - 3} more" if len(which) > 3 else "")
+    others = [k for k in wrong if k != kind]
+    also = f" Also wrong: {', '.join(others)}." if others else ""
+    fail(why[kind].format(names=names) + "." + also)

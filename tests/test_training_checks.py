@@ -447,3 +447,85 @@ def test_course_schedule_passes(capsys):
     lr_schedule_test(course.lr_at, course.TrainingArgs)
     lr_schedule_test(_schedule("right"), course.TrainingArgs)
     assert capsys.readouterr().out.count("passed") == 2
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# weight_decay_groups_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _groups(mistake: str):
+    def weight_decay_groups(model, weight_decay):
+        decay, no_decay = [], []
+        for name, param in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if mistake == "all":
+                wants = True
+            elif mistake == "embeddings_decayed":
+                wants = param.ndim >= 2
+            elif mistake == "ln_gains_decayed":
+                wants = (param.ndim >= 2 and leaf not in ("W_E", "W_pos")) or (".ln" in f".{name}" and leaf == "w")
+            elif mistake == "biases_decayed":
+                wants = leaf not in ("W_E", "W_pos") and not (".ln" in f".{name}")
+            elif mistake == "only_attention":
+                wants = leaf in ("W_Q", "W_K", "W_V", "W_O")
+            elif mistake == "by_module":  # a correct alternative: sort by the module that owns the parameter
+                wants = param.ndim >= 2 and name.split(".")[0] not in ("embed", "pos_embed")
+            elif mistake == "embed_substring":  # "embed" is also in "unembed"
+                wants = param.ndim >= 2 and "embed" not in name
+            else:
+                wants = param.ndim >= 2 and leaf not in ("W_E", "W_pos")
+            (decay if wants else no_decay).append(param)
+        if mistake == "missing":
+            no_decay = no_decay[1:]
+        if mistake == "twice":
+            no_decay = no_decay + decay[:1]
+        if mistake == "copies":
+            decay = [p.detach().clone() for p in decay]
+        if mistake == "no_decay_key":
+            return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay}]
+        if mistake == "fixed_value":
+            return [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+        if mistake == "one_dict":
+            return {"params": decay + no_decay, "weight_decay": weight_decay}
+        if mistake == "none_decayed":
+            return [{"params": decay + no_decay, "weight_decay": 0.0}]
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    return weight_decay_groups
+
+
+def test_weight_decay_groups_pass(capsys):
+    from harness import weight_decay_groups_test
+
+    course = components("06_training")
+    weight_decay_groups_test(course.weight_decay_groups)
+    weight_decay_groups_test(_groups("right"))
+    weight_decay_groups_test(_groups("by_module"))
+    assert capsys.readouterr().out.count("passed") == 3
+
+
+@pytest.mark.parametrize(
+    ("mistake", "phrase"),
+    [
+        ("all", "Embeddings are decayed (embed.W_E, pos_embed.W_pos)"),
+        ("embeddings_decayed", "Embeddings are decayed"),
+        ("ln_gains_decayed", "LayerNorm gains are decayed"),
+        ("biases_decayed", "Biases are decayed"),
+        ("only_attention", "Matrices are not decayed"),
+        ("embed_substring", "Matrices are not decayed (unembed.W_U)"),
+        ("none_decayed", "decays nothing"),
+        ("missing", "in no group"),
+        ("twice", "more than one group"),
+        ("copies", "not one of the model's parameters"),
+        ("no_decay_key", "has no 'weight_decay' entry"),
+        ("fixed_value", "weight_decay 0.1"),
+        ("one_dict", "return a list of parameter groups"),
+    ],
+)
+def test_weight_decay_mistakes_are_named(mistake, phrase):
+    from harness import weight_decay_groups_test
+
+    with pytest.raises(AssertionError) as err:
+        weight_decay_groups_test(_groups(mistake))
+    assert phrase in str(err.value), str(err.value)
