@@ -68,3 +68,19 @@ def test_ruff_clean():
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_hint_is_a_nudge_then_a_sketch():
+    """Each exercise's hints come in two steps (the idea, then a sketch in words), so that opening the first one
+    leaves the learner something to do."""
+    import json
+
+    single = []
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "markdown" and "<summary>" in text:
+                summaries = re.findall(r"<summary>(.*?)</summary>", text)
+                if summaries and not any(s.startswith("Hint 2") for s in summaries if "Hint" in s):
+                    single.append(f"{path.name} cell {i}: {summaries}")
+    assert not single, single
