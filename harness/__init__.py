@@ -57,6 +57,7 @@ from harness.training_checks import (
     lr_schedule_test,
     masked_loss_test,
     reversal_floor_test,
+    train_addition_test,
     train_test,
     weight_decay_groups_test,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "to_hooked_transformer",
     "top_k_test",
     "top_p_test",
+    "train_addition_test",
     "train_test",
     "weight_decay_groups_test",
     "weighted_values_test",

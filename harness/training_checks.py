@@ -25,6 +25,7 @@ __all__ = [
     "lr_schedule_test",
     "masked_loss_test",
     "reversal_floor_test",
+    "train_addition_test",
     "train_test",
     "weight_decay_groups_test",
 ]
@@ -320,13 +321,18 @@ class _StepWatcher:
             )
         model.recording = False
         with torch.enable_grad():
-            loss = _nll(model(batch), batch).mean()
+            loss = self._loss(model(batch), batch)
             fresh = _flat(torch.autograd.grad(loss, self.params))
         model.recording = True
         self.losses.append(loss.item())
         self._check_grad(grad, fresh, where)
         self.previous_grad = grad
         self._check_lr(optimizer, step, where)
+
+    loss_words = "loss = lm_cross_entropy(model(batch), batch)"
+
+    def _loss(self, logits: Tensor, batch: Tensor) -> Tensor:
+        return _nll(logits, batch).mean()
 
     def _check_lr(self, optimizer, step: int, where: str) -> None:
         args = self.args
@@ -403,8 +409,8 @@ class _StepWatcher:
                 "clip_grad_norm_, which scales all gradients together and keeps their direction."
             )
         fail(
-            f"{said} (relative difference {_rel(grad, expected):.3g}). Each step: loss = lm_cross_entropy(model(batch), "
-            "batch), optimizer.zero_grad(), loss.backward(), clip_grad_norm_, optimizer.step()."
+            f"{said} (relative difference {_rel(grad, expected):.3g}). Each step: {self.loss_words}, "
+            "optimizer.zero_grad(), loss.backward(), clip_grad_norm_, optimizer.step()."
         )
 
 
@@ -881,3 +887,121 @@ def weight_decay_groups_test(weight_decay_groups: Callable) -> None:
     others = [k for k in wrong if k != kind]
     also = f" Also wrong: {', '.join(others)}." if others else ""
     fail(why[kind].format(names=names) + "." + also)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# train_addition_test
+# --------------------------------------------------------------------------------------------------------------------
+
+_PLUS, _EQUALS = 10, 11  # the addition task's token ids after the ten digits
+
+
+def _addition_problem(row: list[int], n_digits: int) -> bool:
+    """Is `row` "a+b=" followed by the digits of a + b, last digit first, as addition_data writes them?"""
+    n = n_digits
+    if len(row) != 3 * n + 3 or row[n] != _PLUS or row[2 * n + 1] != _EQUALS:
+        return False
+    digits = row[:n] + row[n + 1 : 2 * n + 1] + row[2 * n + 2 :]
+    if any(not 0 <= d <= 9 for d in digits):
+        return False
+    a = int("".join(map(str, row[:n])))
+    b = int("".join(map(str, row[n + 1 : 2 * n + 1])))
+    return row[2 * n + 2 :] == [(a + b) // 10**i % 10 for i in range(n + 1)]
+
+
+class _AdditionWatcher(_StepWatcher):
+    """The training-loop watcher for the addition task: fresh problems each step, the loss on the answer only."""
+
+    loss_words = "loss = masked_lm_loss(model(tokens), tokens, loss_mask)"
+
+    def __init__(self, model: _ProbeModel, args, n_digits: int):
+        super().__init__(model, args, set(), set())
+        self.n_digits = n_digits
+
+    def _loss(self, logits: Tensor, batch: Tensor) -> Tensor:
+        return _nll(logits, batch)[:, -(self.n_digits + 1) :].mean()  # the targets of the answer's digits
+
+    def _check_batch(self, batch: Tensor, where: str) -> None:
+        args, n = self.args, self.n_digits
+        if batch.ndim != 2 or batch.shape[0] != args.batch_size:
+            fail(
+                f"{where}, the model was run on a batch of shape {list(batch.shape)}, expected "
+                f"[args.batch_size={args.batch_size}, {3 * n + 3}]: addition_data(args.batch_size, n_digits, seed=...)."
+            )
+        rows = [row.tolist() for row in batch]
+        if not all(_addition_problem(row, n) for row in rows):
+            fail(
+                f"{where}, the model was run on rows that are not addition problems of {n} digits: train on the tokens "
+                "that addition_data(args.batch_size, n_digits, seed=...) returns."
+            )
+        self.batches.append(tuple(tuple(row) for row in rows))
+
+
+def train_addition_test(train_addition: Callable, TrainingArgs) -> None:
+    """Checks `train_addition(model, args, n_digits) -> list[float]` by training a toy model with it: one optimizer,
+    the scheduled learning rate, fresh addition problems every step, the loss on the answer digits only (compared with
+    the gradient of that loss recomputed at every optimizer step), one recorded loss per step."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    name = getattr(train_addition, "__name__", "train_addition")
+    if not callable(train_addition):
+        fail(f"Expected the training function itself, got {type(train_addition).__name__}.")
+    fields = {"batch_size": 8, "max_steps": 20, "lr": 0.05, "warmup_steps": 4, "min_lr_ratio": 0.1}
+    fields |= {"weight_decay": 0.0, "grad_clip": 0.1, "eval_every": 10, "eval_batches": 2, "seed": 3}
+    try:
+        args = TrainingArgs(**fields)
+    except TypeError as err:
+        fail(
+            f"TrainingArgs({', '.join(fields)}) failed ({err}): keep the TrainingArgs dataclass as the notebook gives it."
+        )
+    n_digits = 2
+    model = _ProbeModel()
+    before = [p.detach().clone() for p in model.parameters()]
+    watcher = _AdditionWatcher(model, args, n_digits)
+    handle = register_optimizer_step_pre_hook(watcher)
+    try:
+        with _quiet(train_addition):
+            losses = call(train_addition, model, args, n_digits, what=f"{name}(model, args, {n_digits})")
+    except AssertionError as err:
+        if isinstance(err.__cause__, NameError) and "loss" in str(err.__cause__):
+            raise AssertionError(
+                f"{err}. The code after your part records `loss`: name this step's loss `loss`."
+            ) from err
+        raise
+    finally:
+        handle.remove()
+
+    if watcher.steps == 0:
+        fail(f"{name} never called optimizer.step(): without it the parameters never change.")
+    if len(watcher.optimizers) > 1:
+        fail(
+            f"{name} stepped the model with {len(watcher.optimizers)} different optimizers in {watcher.steps} steps: "
+            "use the one optimizer the given code creates before the loop."
+        )
+    if watcher.steps != args.max_steps:
+        fail(f"{name} called optimizer.step() {watcher.steps} times in {args.max_steps} steps: call it once per step.")
+    n_batches = len(set(watcher.batches))
+    if n_batches == 1:
+        fail(
+            f"{name} trained on the same {args.batch_size} problems at every step: addition_data with the same seed "
+            "gives the same problems. Give it a different seed at every step, derived from args.seed and step."
+        )
+    if n_batches < args.max_steps:
+        fail(
+            f"{name} used {n_batches} distinct batches in {args.max_steps} steps: give addition_data a different seed "
+            "at every step (derived from args.seed and step), so that every step sees new problems."
+        )
+    if not isinstance(losses, list | tuple) or len(losses) != args.max_steps:
+        fail(f"{name} should return the list of one loss per step (keep the code after your part).")
+    for i, (got, want) in enumerate(zip(losses, watcher.losses)):
+        if not _close(float(got), want, 1e-3):
+            fail(
+                f"At step {i}, the recorded loss was {float(got):.5f} but the loss on the answer digits of that step's "
+                f"problems is {want:.5f}: `loss` must be masked_lm_loss(model(tokens), tokens, loss_mask)."
+            )
+    if all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())):
+        fail(f"{name} left the model's parameters unchanged.")
+    print(
+        f"{name} passed: {args.max_steps} steps on fresh problems, with fresh, clipped gradients of the loss on the "
+        "answer digits and the scheduled learning rate."
+    )

@@ -529,3 +529,73 @@ def test_weight_decay_mistakes_are_named(mistake, phrase):
     with pytest.raises(AssertionError) as err:
         weight_decay_groups_test(_groups(mistake))
     assert phrase in str(err.value), str(err.value)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# train_addition_test
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _train_addition(mistake: str):
+    course = components("06_training")
+    addition_data, masked_lm_loss, lr_at = course.addition_data, course.masked_lm_loss, course.lr_at
+    lm_cross_entropy, weight_decay_groups = course.lm_cross_entropy, course.weight_decay_groups
+
+    def train_addition(model, args, n_digits):
+        optimizer = torch.optim.AdamW(weight_decay_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95))
+        losses = []
+        model.train()
+        for step in tqdm(range(args.max_steps), desc="addition"):
+            if mistake == "new_optimizer":
+                optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95))
+            if mistake != "no_schedule":
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(step, args)
+            seed = args.seed if mistake == "same_seed" else args.seed + 1 + step
+            tokens, loss_mask = addition_data(args.batch_size, n_digits, seed=seed)
+            if mistake == "unmasked":
+                loss = lm_cross_entropy(model(tokens), tokens)
+            elif mistake == "mask_not_shifted":  # the mask of the inputs, not of the targets
+                logits = model(tokens)
+                nll = -logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]
+                loss = nll[loss_mask[:, :-1]].mean()
+            else:
+                loss = masked_lm_loss(model(tokens), tokens, loss_mask)
+            optimizer.zero_grad()
+            loss.backward()
+            if mistake != "no_clip":
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    return train_addition
+
+
+def test_train_addition_passes_course_implementation(capsys):
+    from harness import train_addition_test
+
+    course = components("06_training")
+    train_addition_test(course.train_addition, course.TrainingArgs)
+    train_addition_test(_train_addition("right"), course.TrainingArgs)
+    assert capsys.readouterr().out.count("passed") == 2
+
+
+@pytest.mark.parametrize(
+    ("mistake", "phrase"),
+    [
+        ("same_seed", "the same 8 problems at every step"),
+        ("unmasked", "were not those of this step's loss"),
+        ("mask_not_shifted", "were not those of this step's loss"),
+        ("new_optimizer", "different optimizers"),
+        ("no_schedule", "the schedule was not applied"),
+        ("no_clip", "they are not clipped"),
+    ],
+)
+def test_train_addition_mistakes_are_named(mistake, phrase):
+    from harness import train_addition_test
+
+    course = components("06_training")
+    with pytest.raises(AssertionError) as err:
+        train_addition_test(_train_addition(mistake), course.TrainingArgs)
+    assert phrase in str(err.value), str(err.value)
