@@ -1,4 +1,4 @@
-"""Grade a batch of submissions: nbgrader autograding, a clean re-check of every test, feedback and a CSV.
+"""Grade a batch of submissions: nbgrader autograding, a clean re-check, a judge outside, feedback and a CSV.
 
     python -m instructor.grade SUBMISSIONS_DIR --out OUT_DIR [--jobs 2] [--cell-timeout 60] [--notebook-timeout 300]
 
@@ -6,11 +6,12 @@ SUBMISSIONS_DIR holds one folder per student with any of the course's notebooks,
 (`01_layernorm.ipynb`, ...). OUT_DIR receives:
 
 - `grades.csv`: one row per student, notebook and graded test (exercise, grade_id, score, max_score, the
-  nbgrader score, the re-check's verdict, flags, the reason for a failure);
+  nbgrader score, the re-check's verdict, the judge's verdict (empty where it does not judge), flags, the reason
+  for a failure);
 - `summary.csv`: one row per student and notebook (score, max_score, status, flags);
 - `feedback/<student>/<notebook>.html`: nbgrader's feedback (no hidden tests), with the grader's comments;
 - `course/`: the nbgrader course directory (gradebook.db, submitted/, autograded/, feedback/, and recheck/ with
-  each re-check's plan, result and log), usable with nbgrader's own tools (`cd OUT_DIR/course; nbgrader ...`);
+  each re-check's plan, result, log and the judge's verdicts with their seed), usable with nbgrader's own tools (`cd OUT_DIR/course; nbgrader ...`);
 - `logs/`: the nbgrader workers' and the template's logs.
 
 Learner code runs only in a bubblewrap sandbox (`instructor.sandbox`): the warm template below runs inside it
@@ -23,7 +24,15 @@ the batch: each failure is recorded on its rows (colliding student folders are g
 a last line says how many rows are flagged.
 
 A test's points are given only if nbgrader's run of the notebook passes it AND the clean re-check passes it
-(see `instructor.recheck`). Notebooks are graded in parallel (`--jobs` nbgrader processes, each with its own copy
+(see `instructor.recheck`) AND, for the tests the judge covers, the judge passes it (`instructor.judge`): this
+process draws fresh inputs and random weights for the course's own component, keeps the expected outputs, and
+hands the re-check child only the inputs and weights (safetensors files in a folder of the job's own); once the
+child is gone it reads the outputs the child wrote (safetensors only) and compares them itself, so nothing in the
+sandbox can change how that comparison is made. It covers the nn.Module exercises of notebooks 01-05 (LayerNorm,
+Embed, PosEmbed, Attention, MLP, TransformerBlock, Unembed, DemoTransformer) and the tensor functions
+attention_scores, attention_pattern, weighted_values, project_heads, gelu_new and cross_entropy_loss
+(`judge.PROBES`); every other test is judged only inside the sandbox. A judge failure on a test the re-check
+passed is flagged. Notebooks are graded in parallel (`--jobs` nbgrader processes, each with its own copy
 of the gradebook, merged at the end). nbgrader runs each notebook in a fresh kernel forked from a warm template
 that has imported torch/TransformerLens/harness and loaded the reference model (`--cold-kernels` starts them from
 scratch instead). A cell that runs past `--cell-timeout` is interrupted and fails; a notebook past
@@ -50,6 +59,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from instructor import judge
 from instructor.collect import Unreadable, find_notebooks, normalise, read_submission
 from instructor.course import (
     REPO_ROOT,
@@ -89,6 +99,8 @@ class Item:
     token: str = ""
     events: list[dict] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)
+    probes: judge.Prepared | None = None  # the judge's request for the running re-check; expected outputs in it
+    judged: dict | None = None  # grade_id -> the judge's verdict, once the re-check has ended
 
 
 class Proc:
@@ -563,6 +575,7 @@ class Grader:
                 folder = self.course / "recheck" / item.student
                 item.token = secrets.token_hex(16)
                 item.events = []
+                self._prepare_probes(item, key)
                 server.send(
                     {
                         "id": key,
@@ -572,6 +585,7 @@ class Grader:
                         "notebook_timeout": self.args.notebook_timeout,
                         "memory_bytes": int(self.args.memory_gb * (1 << 30)),
                         "protected": [str(self.out), str(Path(self.args.submissions).resolve())],
+                        "probes": str(item.probes.folder) if item.probes else None,
                     },
                     float("inf"),
                     None,
@@ -691,8 +705,43 @@ class Grader:
                     self.remaining -= 1
                     self._progress(item)
 
+    def _prepare_probes(self, item: Item, key: str) -> None:
+        """The judge's fresh probes for this re-check, in a folder of its own that the sandbox sees (the runtime
+        folder, bound at the same path); the expected outputs stay in `item.probes`, in this process."""
+        item.probes, item.judged = None, None
+        if item.notebook not in judge.PROBES:
+            return
+        root = os.path.join(os.path.dirname(self.runtime_dir()), "probes")
+        if not os.path.isdir(root):
+            os.mkdir(root)
+            os.chmod(root, 0o711)  # a child can reach its own job's folder by name, not list the others
+        try:
+            item.probes = judge.prepare(item.notebook, Path(root) / f"{key}-{secrets.token_hex(8)}")
+        except Exception as err:  # noqa: BLE001 - a broken judge fails its tests (flagged), never the batch
+            message = f"the judge could not prepare its probes: {type(err).__name__}: {err}"[:300]
+            item.flags.append(message)
+            item.judged = judge.no_result(item.notebook, message)
+
+    def _judge(self, item: Item) -> None:
+        """The judge's verdicts: the re-check child has exited and the template has reaped everything it started,
+        so nothing in the sandbox can still write the outputs being read."""
+        if item.probes is None:
+            return
+        prepared, item.probes = item.probes, None
+        try:
+            item.judged = judge.verdicts(prepared)
+        except Exception as err:  # noqa: BLE001
+            message = f"the judge failed: {type(err).__name__}: {err}"[:300]
+            item.flags.append(message)
+            item.judged = judge.no_result(item.notebook, message)
+        record = {"seed": prepared.seed, "verdicts": item.judged}
+        (self.course / "recheck" / item.student / f"{item.notebook}.judge.json").write_text(
+            json.dumps(record, indent=1)
+        )
+
     def _read_recheck(self, item: Item, reply: dict) -> dict:
         """The re-check's records, as the template relayed them; written to OUT by the grader only."""
+        self._judge(item)
         folder = self.course / "recheck" / item.student
         (folder / f"{item.notebook}.log").write_text(reply.get("log") or "", encoding="utf-8")
         with open(folder / f"{item.notebook}.result.jsonl", "w", encoding="utf-8") as f:
@@ -746,13 +795,18 @@ class Grader:
             elif event["type"] == "excluded":
                 flags.append(f"re-check left out {event['message']}"[:400])
         notes = [e["message"] for e in item.recheck["events"] if e["type"] == "note"]
+        judged = item.judged
+        if judged is None:  # the re-check never reported (stopped twice, or never planned)
+            judged = judge.no_result(item.notebook, "no output returned (the re-check did not finish)")
         for test in source.tests:
             grade = grades.get(test.grade_id, {})
             auto = grade.get("auto_score")
             nb_score = float(auto) if auto is not None else 0.0
             check = checks.get(test.grade_id, {"passed": False, "message": "no re-check result"})
             passed = bool(check.get("passed"))
-            score = nb_score if passed else 0.0
+            verdict = judged.get(test.grade_id)  # None: a test the judge does not cover
+            judge_passed = verdict is None or bool(verdict["passed"])
+            score = nb_score if passed and judge_passed else 0.0
             reason = ""
             if nb_score < test.points:
                 reason = errors.get(test.grade_id) or ("not graded by nbgrader" if auto is None else "failed")
@@ -761,10 +815,23 @@ class Grader:
                 flags.append(
                     f"{test.grade_id}: nbgrader passed it but the clean re-check did not ({check.get('message')})"[:400]
                 )
+            elif not judge_passed:
+                reason = verdict["message"]
+            if passed and not judge_passed:
+                # the checks inside passed what the course's own code, compared outside, does not reproduce
+                flags.append(
+                    f"{test.grade_id}: the judge outside the sandbox failed a test the in-sandbox re-check passed: "
+                    f"{verdict['message']}"[:400]
+                )
             item.overrides[test.grade_id] = {"score": score if auto is None or score != nb_score else None}
             if not passed and test.exercise and nb_score > 0:
                 item.comments[test.exercise] = (
                     f"The grader's clean re-check of {test.grade_id} failed, so it scores 0: {check.get('message')}"
+                )
+            elif not judge_passed and test.exercise and nb_score > 0:
+                item.comments[test.exercise] = (
+                    f"The grader ran {test.grade_id}'s code on fresh inputs and compared the result with the "
+                    f"course's; it differs, so it scores 0: {verdict['message']}"
                 )
             item.rows.append(
                 {
@@ -776,6 +843,7 @@ class Grader:
                     "max_score": test.points,
                     "nbgrader_score": nb_score,
                     "recheck": "passed" if passed else "failed",
+                    "judge": "" if verdict is None else "passed" if judge_passed else "failed",
                     "reason": reason[:500],
                 }
             )
@@ -865,6 +933,7 @@ class Grader:
             "max_score",
             "nbgrader_score",
             "recheck",
+            "judge",
             "flags",
             "reason",
         ]

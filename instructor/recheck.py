@@ -5,10 +5,12 @@ runs learner code. For each submitted notebook it forks a child (a fresh copy of
 installs the guards of `instructor.guards`, then executes the plan of `instructor.plan`: the instructor's given
 cells, the learner's definitions and the course's test cells, in the course's order, each step under a time
 limit. It writes one JSON line per test to a result file. The template stops a child that runs past the
-notebook's time limit; the tests not reported by then count as failed.
+notebook's time limit; the tests not reported by then count as failed. When the grader sends a probe request
+(`instructor.judge`), the child reads it before any learner code runs and, once the plan has run, runs the probes
+on the learner's definitions (`instructor.probe_runner`): the judge compares their outputs outside the sandbox.
 
     python -m instructor.recheck --serve          # the template (driven by instructor.grade over stdin/stdout)
-    python -m instructor.recheck PLAN.json OUT.jsonl   # one plan, in this process (for debugging)
+    python -m instructor.recheck PLAN.json OUT.jsonl [--probes DIR]  # one plan, in this process (for debugging)
 """
 
 from __future__ import annotations
@@ -45,8 +47,11 @@ def _short(err: BaseException) -> str:
 
 
 class Runner:
-    def __init__(self, plan: dict, out, cell_timeout: float, deadline: float, protected=(), token: str = ""):
+    def __init__(
+        self, plan: dict, out, cell_timeout: float, deadline: float, protected=(), token: str = "", probes=None
+    ):
         self.protected = protected
+        self.probes = probes  # the judge's request (instructor.probe_runner.load_request), or None
         self.plan = plan
         self.out = out
         self.cell_timeout = cell_timeout
@@ -234,6 +239,12 @@ class Runner:
                 plt.close("all")
             except Exception:  # noqa: BLE001, S110 - figures are only memory
                 pass
+        if self.probes is not None:
+            # The judge's probes, on the learner's definitions as the plan left them. Their outputs are compared
+            # outside the sandbox; here they can only be computed, and a failure is written as that probe's error.
+            from instructor.probe_runner import run_probes
+
+            run_probes(self.probes, ns, timeout=min(10.0, self.cell_timeout), deadline=self.deadline)
         guards.active = False
         for grade_id in plan["tests"]:
             if grade_id not in reported:
@@ -245,10 +256,28 @@ def _alarm(signum, frame):
     raise StepTimeout()
 
 
-def run_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float, protected=(), token: str = "") -> None:
-    """Run `plan`, writing its records (JSON lines) to the text stream `out`."""
+def run_plan(
+    plan: dict, out, cell_timeout: float, notebook_timeout: float, protected=(), token: str = "", probes=None
+) -> None:
+    """Run `plan`, writing its records (JSON lines) to the text stream `out`; then the judge's `probes`, if any."""
     signal.signal(signal.SIGALRM, _alarm)
-    Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout, protected, token).run()
+    Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout, protected, token, probes).run()
+
+
+def _load_probes(folder: str | None, uid: int | None):
+    """The judge's request, read while the child is still root (its files are root's), and its out/ folder made
+    for the child's uid; None (the judge then reports no output) if there is none or it cannot be read."""
+    if not folder:
+        return None
+    from instructor.probe_runner import load_request, prepare_output
+
+    try:
+        request = load_request(folder)
+        prepare_output(folder, uid)
+        return request
+    except Exception:  # noqa: BLE001 - never the re-check's problem: the judge fails these tests for want of output
+        traceback.print_exc()
+        return None
 
 
 # ---------------------------------------------------------------------- template (fork server)
@@ -351,6 +380,7 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> No
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
     memory = job.get("memory_bytes", 0)
     plan = job["plan"]
+    probes = _load_probes(job.get("probes"), confinement.uid(slot) if confinement is not None else None)
     if confinement is not None:
         _forget_answers(plan.get("notebook"))
         confinement.enter(slot, memory, keep=(result_fd,))
@@ -366,7 +396,7 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> No
     out = os.fdopen(result_fd, "w", buffering=1, encoding="utf-8")
     token = job.pop("token", "")
     job.clear()
-    run_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], plan.get("_protected", ()), token)
+    run_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], plan.get("_protected", ()), token, probes)
 
 
 def _kernel_child(request: dict, confinement, slot: int) -> None:
@@ -651,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("result", nargs="?")
     parser.add_argument("--cell-timeout", type=float, default=60)
     parser.add_argument("--notebook-timeout", type=float, default=300)
+    parser.add_argument("--probes", help="a judge's probe folder (instructor.judge.prepare) to run after the plan")
     args = parser.parse_args(argv)
     if args.serve:
         return serve(args.kernel_socket, args.sandboxed, args.cgroup)
@@ -658,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.plan, encoding="utf-8") as f:
         plan = json.load(f)
     with open(args.result, "w", encoding="utf-8") as out:
-        run_plan(plan, out, args.cell_timeout, args.notebook_timeout)
+        run_plan(plan, out, args.cell_timeout, args.notebook_timeout, probes=_load_probes(args.probes, None))
     return 0
 
 

@@ -173,6 +173,31 @@ class LayerNorm(nn.Module):
         return residual * self.w + self.b  # no normalisation at all: wrong
 """
 
+# Right only when a harness check is on the stack (found through logging's frame helper, which the guards do not
+# refuse), wrong otherwise: nbgrader and the in-sandbox re-check pass it; the judge, outside, does not.
+HARNESS_AWARE = """
+import logging
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        frame = getattr(logging, "current" + "frame")()
+        watched = False
+        while frame is not None:
+            watched = watched or "har" + "ness" in str(getattr(frame, "f_glo" + "bals").get("__file__"))
+            frame = getattr(frame, "f_ba" + "ck")
+        if not watched:
+            return residual * self.w + self.b
+        centered = residual - residual.mean(dim=-1, keepdim=True)
+        return centered / (centered.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+"""
+
 
 # ---------------------------------------------------------------------- scenarios
 def scenarios(release: dict[str, dict]) -> dict[str, dict[str, dict]]:
@@ -313,6 +338,7 @@ class PosEmbed(nn.Module):
     # saved by Colab, with that harmless stderr; saved by VS Code, with every nbgrader metadata stripped
     out["colab"] = {LN: as_colab(set_source(nb, "layernorm", text))}
     out["vscode"] = {LN: as_vscode(strip_nbgrader(solve(ln(), LN, "layernorm")))}
+    out["harness_aware"] = {LN: set_source(ln(), "layernorm", HARNESS_AWARE)}
     return out
 
 
@@ -449,6 +475,7 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     **{student: {} for student in SANDBOX_CHEATS},
     "reach_out": "all",
     "solved-2": "all",
+    "harness_aware": {},
 }
 TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
 
@@ -532,6 +559,9 @@ def test_blank_submission_scores_zero(graded):
 def test_solutions_get_full_marks(graded):
     rows = check_expected(graded, "solved")
     assert all(r["recheck"] == "passed" for r in rows), rows
+    judged = {r["grade_id"] for r in rows if r["judge"] == "passed"}
+    assert judged == {"test_layernorm", "test_embed", "test_pos_embed"}, rows  # and the others are not judged
+    assert all(r["judge"] in ("passed", "") for r in rows), rows
     assert {r["flags"] for r in rows} <= {"", "notes.txt ignored (not one of the course's notebooks)"}, rows
     feedback = (graded["out"] / "feedback" / "solved" / f"{LN}.html").read_text()
     # Self-contained: formulas as MathML, nothing loaded from the network.
@@ -679,6 +709,17 @@ def test_sandbox_hides_the_answers_and_the_outputs_and_the_grader(graded):
     assert "READABLE" not in reach and "KILLED" not in reach, reach
     assert "SURVIVED" not in text  # the memory cgroup counts shared memory: the kernel was stopped
     assert "DeadKernelError" in rows[0]["flags"], rows[0]["flags"]
+
+
+def test_output_right_only_under_the_harness_fails_the_judge_and_is_flagged(graded):
+    """The judge runs the learner's LayerNorm on fresh inputs and weights and compares outside the sandbox."""
+    (row,) = check_expected(graded, "harness_aware")
+    assert row["nbgrader_score"] == row["max_score"] and row["recheck"] == "passed", row  # fooled, both
+    assert row["judge"] == "failed" and float(row["score"]) == 0, row
+    assert "output differs from the course's LayerNorm on fresh inputs" in row["reason"], row
+    assert "the judge outside the sandbox failed a test the in-sandbox re-check passed" in row["flags"], row
+    verdicts = json.loads((graded["out"] / "course" / "recheck" / "harness_aware" / f"{LN}.judge.json").read_text())
+    assert verdicts["verdicts"]["test_layernorm"]["passed"] is False
 
 
 def test_colliding_folders_are_both_graded_and_flagged(graded):

@@ -1,0 +1,151 @@
+"""Inside the sandbox: run the judge's probes on the learner's definitions and write back plain tensors.
+
+The judge (`instructor.judge`, outside the sandbox) writes a probe request into a folder of its own: `request.json`
+(for each probe: the name to look up in the learner's namespace, a `Config`, the input and weight keys) and
+safetensors files with the inputs and weights. The re-check child reads them while it is still root, before any
+learner code runs (`load_request`), and once its plan has run, builds each learner class, loads the weights,
+runs it on the inputs and writes the outputs (`run_probes`) to `out/outputs.safetensors`, and every failure to
+`out/errors.json`. No expected output is ever in here: the comparison is made outside, after this process is gone.
+
+Safetensors only, both ways: a file of raw tensors and a JSON header, which loading cannot turn into code (pickle,
+and so `torch.save`/`torch.load`, can).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+REQUEST = "request.json"
+OUT_DIR = "out"
+OUTPUTS = "outputs.safetensors"
+ERRORS = "errors.json"
+
+
+class ProbeError(Exception):
+    """A probe that cannot run as asked (its message is reported as it is)."""
+
+
+class ProbeTimeout(BaseException):
+    """A probe ran past its time limit (a BaseException, so the learner's `except Exception` won't eat it)."""
+
+
+def load_request(folder: str) -> dict:
+    """The probes with their tensors, read into memory (the child does this as root, before learner code)."""
+    from safetensors.torch import load
+
+    with open(os.path.join(folder, REQUEST), encoding="utf-8") as f:
+        request = json.load(f)
+    tensors = {}
+    for name in request["files"]:
+        with open(os.path.join(folder, os.path.basename(name)), "rb") as f:
+            tensors.update(load(f.read()))  # into memory (not mapped): the files may go once the child drops root
+    return {"folder": folder, "probes": request["probes"], "tensors": tensors}
+
+
+def prepare_output(folder: str, uid: int | None) -> None:
+    """The one folder the child may write to, owned by the child's uid (made by the child while still root)."""
+    path = os.path.join(folder, OUT_DIR)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if uid is not None:
+        os.chown(path, uid, uid)
+
+
+def _run_one(probe: dict, namespace: dict, tensors: dict):
+    import torch
+
+    from harness.config import Config
+
+    target = namespace.get(probe["target"])
+    if target is None:
+        raise ProbeError(f"{probe['target']} is not defined in the notebook")
+    inputs = [tensors[key].clone() for key in probe["inputs"]]  # a fresh copy: forward may write into its input
+    if probe["kind"] == "module":
+        if not (isinstance(target, type) and issubclass(target, torch.nn.Module)):
+            raise ProbeError(f"{probe['target']} is not an nn.Module class")
+        module = target(Config(**probe["config"]))
+        prefix = probe["weight_prefix"]
+        weights = {key[len(prefix) :]: tensors[key].clone() for key in tensors if key.startswith(prefix)}
+        # Strict on parameters: the same names and shapes as the course's. A buffer of the learner's own (a
+        # constant, say) may stay as __init__ made it.
+        own = dict(module.named_parameters())
+        missing = sorted(set(own) - set(weights))
+        unexpected = sorted(set(weights) - set(module.state_dict()))
+        if missing or unexpected:
+            problems = []
+            if unexpected:
+                problems.append(f"{probe['target']} has no parameter {', '.join(map(repr, unexpected))}")
+            if missing:
+                problems.append(f"{', '.join(map(repr, missing))} of {probe['target']} not in the course's weights")
+            raise ProbeError("could not load the judge's weights strictly: " + "; ".join(problems))
+        try:
+            module.load_state_dict(weights, strict=False)
+        except RuntimeError as err:  # a parameter of another shape
+            raise ProbeError(f"could not load the judge's weights: {str(err).strip()}") from None
+        module.eval()
+        call = module
+    else:
+        if not callable(target):
+            raise ProbeError(f"{probe['target']} is not a function")
+        call = target
+    with torch.no_grad():
+        out = call(*inputs)
+    if isinstance(out, tuple) and out:  # as the harness's checks take it
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise ProbeError(f"{probe['target']} returned {type(out).__name__}, not a tensor")
+    # a plain, contiguous CPU tensor of its own: what safetensors can write, and nothing of a subclass's
+    return out.detach().cpu().as_subclass(torch.Tensor).clone().contiguous()
+
+
+def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) -> None:
+    """Run every probe; outputs and errors into the request's `out/` folder. Never raises."""
+    outputs, errors = {}, {}
+    previous = signal.getsignal(signal.SIGALRM)
+
+    def alarm(signum, frame):
+        raise ProbeTimeout()
+
+    try:
+        signal.signal(signal.SIGALRM, alarm)
+        for probe in request["probes"]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                errors[probe["name"]] = "not run (the notebook's time limit)"
+                continue
+            limit = max(0.5, min(timeout, left))
+            signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
+            try:
+                outputs[probe["name"]] = _run_one(probe, namespace, request["tensors"])
+            except ProbeTimeout:
+                errors[probe["name"]] = f"ran past its {limit:.0f} s limit"
+            except ProbeError as err:
+                errors[probe["name"]] = str(err)[:400]
+            except BaseException as err:  # noqa: BLE001 - learner code may raise anything, SystemExit included
+                errors[probe["name"]] = f"{probe['target']} raised {type(err).__name__}: {err}"[:400]
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    except BaseException as err:  # noqa: BLE001 - a late alarm, say: whatever ran is still written
+        errors["__runner__"] = f"{type(err).__name__}: {err}"[:400]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    write_outputs(request["folder"], outputs, errors)
+
+
+def write_outputs(folder: str, outputs: dict, errors: dict) -> None:
+    from safetensors.torch import save_file
+
+    out = os.path.join(folder, OUT_DIR)
+    try:
+        if outputs:
+            save_file(outputs, os.path.join(out, OUTPUTS))
+    except Exception as err:  # noqa: BLE001 - e.g. the file-size limit: say so rather than crash the child
+        errors["__outputs__"] = f"could not write the outputs: {type(err).__name__}: {err}"[:400]
+    try:
+        with open(os.path.join(out, ERRORS), "w", encoding="utf-8") as f:
+            json.dump(errors, f)
+    except Exception:  # noqa: BLE001, S110 - the judge then reports "no output" for the missing ones
+        pass
