@@ -26,7 +26,7 @@ def _layer_norm(x, w, b, eps, *, unbiased=False, eps_outside=False, center=True,
 
 def _layer_norm_variants(ref, x):
     w, b, eps = ref.w, ref.b, ref.eps
-    return {
+    variants = {
         "It matches LayerNorm with the unbiased variance (dividing by d_model - 1): GPT-2 uses the population "
         "variance, x.var(dim=-1, unbiased=False) or the mean of squared deviations.": _layer_norm(
             x, w, b, eps, unbiased=True
@@ -43,13 +43,64 @@ def _layer_norm_variants(ref, x):
         "It matches LayerNorm with the variance of the centred x taken unbiased and no epsilon.": _layer_norm(
             x, w, b, 0.0, unbiased=True
         ),
+        "It matches LayerNorm without the learned shift: add self.b after multiplying by self.w.": _layer_norm(
+            x, w, 0.0, eps
+        ),
+        "It matches LayerNorm with w and b swapped: the normalised x is multiplied by self.w, then self.b is "
+        "added.": _layer_norm(x, b, w, eps),
+        "It matches LayerNorm over the wrong dimension: the mean and variance are taken over each vector's "
+        "features, the last dimension (dim=-1, keepdim=True), not over the positions.": _layer_norm(
+            x, w, b, eps, dim=1
+        ),
+        "It matches LayerNorm with the variance of x itself: take the variance of the centred x (x minus its mean).": (
+            x - x.mean(-1, keepdim=True)
+        )
+        / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+        * w
+        + b,
     }
+    if abs(eps - 1e-5) > 1e-9:  # only distinguishable when the config's epsilon is not the usual one
+        variants[
+            "It matches LayerNorm with epsilon fixed at 1e-5: use cfg.layer_norm_eps (this check sets it to "
+            f"{eps:g}), e.g. pass eps=self.cfg.layer_norm_eps to F.layer_norm."
+        ] = _layer_norm(x, w, b, 1e-5)
+    return variants
 
 
-def _attention(x, a, *, scale=None, mask="causal", fill=-1e5, softmax_dim=-1, qkv_bias=True, out_bias=True):
+def _attention(
+    x,
+    a,
+    *,
+    scale=None,
+    mask="causal",
+    fill=-1e5,
+    softmax_dim=-1,
+    qkv_bias=True,
+    out_bias=True,
+    swap_qk=False,
+    v_from_q=False,
+    heads="sum",
+    z_over_queries=False,
+):
     q = torch.einsum("bpd,hdk->bphk", x, a.W_Q) + (a.b_Q if qkv_bias else 0)
     k = torch.einsum("bpd,hdk->bphk", x, a.W_K) + (a.b_K if qkv_bias else 0)
-    v = torch.einsum("bpd,hdk->bphk", x, a.W_V) + (a.b_V if qkv_bias else 0)
+    v = torch.einsum("bpd,hdk->bphk", x, a.W_Q if v_from_q else a.W_V) + (
+        (a.b_Q if v_from_q else a.b_V) if qkv_bias else 0
+    )
+    if v_from_q:  # either copy-paste slip (W_Q with b_V, or W_Q with b_Q) is the same mistake
+        v_b_v = torch.einsum("bpd,hdk->bphk", x, a.W_Q) + (a.b_V if qkv_bias else 0)
+        return torch.stack(
+            [
+                _attend(x, a, q, k, vv, scale, mask, fill, softmax_dim, out_bias, heads, z_over_queries)
+                for vv in (v, v_b_v)
+            ]
+        )
+    if swap_qk:
+        q, k = k, q
+    return _attend(x, a, q, k, v, scale, mask, fill, softmax_dim, out_bias, heads, z_over_queries)
+
+
+def _attend(x, a, q, k, v, scale, mask, fill, softmax_dim, out_bias, heads, z_over_queries):
     d_head = a.W_Q.shape[-1]
     scores = torch.einsum("bqhk,bshk->bhqs", q, k) * (1 / math.sqrt(d_head) if scale is None else scale)
     n = x.shape[1]
@@ -57,8 +108,12 @@ def _attention(x, a, *, scale=None, mask="causal", fill=-1e5, softmax_dim=-1, qk
     masks = {"causal": ones.triu(1), "diagonal": ones.triu(0), "none": ~ones, "flipped": ones.tril(-1)}
     scores = scores.masked_fill(masks[mask], fill)
     pattern = scores.softmax(softmax_dim)
+    if z_over_queries:
+        pattern = pattern.transpose(-1, -2)
     z = torch.einsum("bshk,bhqs->bqhk", v, pattern)
-    return torch.einsum("bqhk,hkd->bqd", z, a.W_O) + (a.b_O if out_bias else 0)
+    per_head = torch.einsum("bqhk,hkd->bqhd", z, a.W_O)
+    out = per_head.sum(2) if heads == "sum" else per_head.mean(2)
+    return out + (a.b_O if out_bias else 0)
 
 
 def _attention_variants(ref, x):
@@ -83,6 +138,16 @@ def _attention_variants(ref, x):
         "dimension of the scores).": _attention(x, ref, softmax_dim=-2),
         "It matches attention without the biases b_Q, b_K, b_V.": _attention(x, ref, qkv_bias=False),
         "It matches attention without the output bias b_O.": _attention(x, ref, out_bias=False),
+        "It matches attention with queries and keys swapped: the scores are q . k with q from W_Q (the query "
+        "position's row) and k from W_K; swapping them transposes the pattern, so the mask hides the wrong "
+        "side.": _attention(x, ref, swap_qk=True),
+        "It matches attention whose heads are averaged: each head's output through W_O is summed over the heads, "
+        "not averaged.": _attention(x, ref, heads="mean"),
+        "It matches attention with the values computed from W_Q: v uses W_V (and b_V).": _attention(
+            x, ref, v_from_q=True
+        ),
+        "It matches attention whose pattern is applied transposed (summed over the queries): z at query q is the "
+        "sum over keys k of pattern[q, k] * v[k].": _attention(x, ref, z_over_queries=True),
     }
 
 
@@ -104,6 +169,8 @@ def _mlp_variants(ref, x):
         "approximation.": _mlp(x, ref, act=lambda t: t * torch.sigmoid(1.702 * t)),
         "It matches the MLP without b_in.": _mlp(x, ref, b_in=False),
         "It matches the MLP without b_out.": _mlp(x, ref, b_out=False),
+        "It matches the MLP with the activation after W_out: apply GELU to x @ W_in + b_in, then project with "
+        "W_out.": _gelu_tanh((x @ ref.W_in + ref.b_in) @ ref.W_out + ref.b_out),
     }
 
 
@@ -139,11 +206,32 @@ def _unembed_variants(ref, x):
     }
 
 
+def _embed_variants(ref, tokens):
+    W_E = ref.W_E
+    d_model = W_E.shape[-1]
+    return {
+        "It matches W_E[tokens] scaled by sqrt(d_model) (the original Transformer's embedding): GPT-2 does not "
+        "scale its embedding, return W_E[tokens].": W_E[tokens] * math.sqrt(d_model),
+        "It matches the first sequence's embeddings repeated for every row of the batch: index W_E with the whole "
+        "tokens tensor, W_E[tokens].": W_E[tokens[0]].expand(tokens.shape[0], -1, -1),
+    }
+
+
+def _sinusoidal(n_ctx: int, d_model: int) -> Tensor:
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
+    angles = torch.arange(n_ctx, dtype=torch.float32)[:, None] / 10000 ** (two_i / d_model)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)[:, :d_model]
+
+
 def _pos_embed_variants(ref, x):
     batch, pos = x.shape
     out = {}
     if pos + 1 <= ref.W_pos.shape[0]:
         out["It matches W_pos shifted by one: positions start at 0."] = ref.W_pos[1 : pos + 1].expand(batch, pos, -1)
+    out[
+        "It matches the fixed sinusoidal encoding: GPT-2 learns its positional embeddings, so return the rows of "
+        "W_pos for positions 0..pos-1."
+    ] = _sinusoidal(pos, ref.W_pos.shape[-1]).expand(batch, pos, -1)
     return out
 
 
@@ -175,6 +263,7 @@ _VARIANTS = {
     "TransformerBlock": _block_variants,
     "Unembed": _unembed_variants,
     "PosEmbed": _pos_embed_variants,
+    "Embed": _embed_variants,
     "DemoTransformer": _full_variants,
 }
 
@@ -190,8 +279,10 @@ def diagnose(kind: str, reference, x: Tensor, out: Tensor, atol: float, rtol: fl
         except Exception:  # noqa: BLE001 -- a variant that cannot be computed for these shapes is simply not a candidate
             return ""
     for message, variant in variants.items():
-        if variant.shape == out.shape and mismatch_summary(out, variant, atol, rtol) is None:
-            return message
+        # A variant may list alternatives stacked on a new first dimension (the same slip made two ways).
+        for candidate in variant if variant.dim() == out.dim() + 1 else [variant]:
+            if candidate.shape == out.shape and mismatch_summary(out, candidate, atol, rtol) is None:
+                return message
     return ""
 
 
@@ -425,6 +516,20 @@ def diagnose_model(module, ref, tokens: Tensor, atol: float, rtol: float) -> str
             what = "the sum of the token and position embeddings" if i == 0 else f"block {i - 1}'s output"
             if i == 0 and _same(given, embed_out, atol, rtol):
                 return "Block 0 received the token embeddings alone: add pos_embed(tokens) to embed(tokens)."
+            d_model = embed_out.shape[-1]
+            if i == 0 and _same(given, embed_out * math.sqrt(d_model) + pos_out, atol, rtol):
+                return (
+                    "The token embeddings are scaled by sqrt(d_model) before the position embeddings are added (the "
+                    "original Transformer's convention): GPT-2 adds embed(tokens) + pos_embed(tokens) unscaled."
+                )
+            if i > 0:
+                with torch.no_grad():
+                    normalised = module.ln_final(expected_in)
+                if _same(given, normalised, atol, rtol):
+                    return (
+                        f"Block {i} received ln_final of block {i - 1}'s output: ln_final is applied once, after "
+                        "the last block; each block gets the previous block's raw output."
+                    )
             return f"Block {i} did not receive {what}."
         problem = _block_problem(module.blocks[i], i, ref, given, got, atol, rtol)
         if problem:

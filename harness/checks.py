@@ -231,6 +231,12 @@ def _forward(module, x: Tensor, what: str, kind: str, cfg: Config) -> Tensor:
     before = x.clone()
     out = as_tensor_output(call(module, x, what=f"{what}.forward"), f"{what}.forward")
     assert_unchanged(before, x, f"{what}.forward")
+    batch, pos = x.shape[0], x.shape[1] if x.dim() > 1 else 0
+    if kind == "PosEmbed" and out.dim() == 3 and batch != pos and tuple(out.shape[:2]) == (batch, batch):
+        fail(
+            f"{what} output has shape {list(out.shape)} for tokens of shape {list(x.shape)}: its length is the batch "
+            "size. The sequence length is tokens.shape[1] (batch, seq_len = tokens.shape)."
+        )
     check_tensor(out, _expected_shape(kind, tuple(x.shape), cfg), what, device=x.device)
     return out
 
@@ -383,10 +389,13 @@ def load_gpt2_test(cls, reference_module, input, cfg: Config | None = None) -> N
     summary = mismatch_summary(out, expected, atol, 1e-4)
     if summary is not None:
         hint = _variants.diagnose(kind, reference_module, x, out, atol, 1e-4)
-        fail(
-            f"{what} with the reference's weights does not reproduce its output: {summary}."
-            + (f" {hint}" if hint else "")
-        )
+        if not hint and kind == "TransformerBlock":
+            hint = _variants.diagnose_block(module, reference_module, x, atol, 1e-4)
+        elif not hint and kind == "DemoTransformer":
+            hint = _variants.diagnose_model(module, reference_module, x, atol, 1e-4)
+        if hint:  # the likely cause first, then the evidence
+            fail(f"{what}: {hint} (With the reference's weights it does not reproduce its output: {summary}.)")
+        fail(f"{what} with the reference's weights does not reproduce its output: {summary}.")
     probes = _run_probes(cls, kind)
     diff = (out - expected).abs().max().item()
     _success("load_gpt2_test", cls, kind, out.shape, probes, f", max difference from the reference {diff:.2e}")

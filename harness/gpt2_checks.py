@@ -222,6 +222,13 @@ def _value_hint(key: str, got: Tensor, expected: dict[str, Tensor], hf: dict[str
                 " Its heads are split wrongly: the d_model columns of each of Q, K, V are n_heads blocks of d_head "
                 "columns, head 0's first, so use '(n_heads d_head)', not '(d_head n_heads)'."
             )
+        if kind == "W" and same(got, part.reshape(n, m, h)):
+            return (
+                " It is c_attn's block reshaped to [n_heads, d_model, d_head] without moving the axes: reshape "
+                "keeps the memory order, so the rows (d_model) get split across heads. Split the columns into heads "
+                "and move the head axis first: einops.rearrange(W, 'm (n h) -> n m h', n=n_heads), or "
+                ".reshape(d_model, n_heads, d_head).permute(1, 0, 2)."
+            )
         if kind == "W" and same(got, part.T.reshape(m, n, h).transpose(0, 1)):
             return (
                 " It comes from c_attn.weight transposed: Conv1D already stores weights as [d_in, d_out] "
@@ -237,6 +244,20 @@ def _value_hint(key: str, got: Tensor, expected: dict[str, Tensor], hf: dict[str
             )
         if same(got, proj.reshape(h, n, m).transpose(0, 1)):
             return " Its heads are split wrongly: c_proj's rows are n_heads blocks of d_head rows, so use '(n_heads d_head)'."
+    if leaf in ("W_in", "W_out", "W_U") and got.ndim == 2:
+        source = {"W_in": "mlp.c_fc.weight", "W_out": "mlp.c_proj.weight", "W_U": "lm_head.weight"}[leaf]
+        layer = key.split(".")[1] if leaf != "W_U" else ""
+        weight = hf[f"transformer.h.{layer}.{source}" if layer else source]
+        if got.numel() == weight.numel() and same(got, weight.T.reshape(got.shape)) and leaf != "W_U":
+            return (
+                f" It is {source} transposed (then reshaped): Conv1D already stores weights as [d_in, d_out], the "
+                "course's layout, so use it as it is."
+            )
+        if leaf == "W_U" and got.numel() == weight.numel() and same(got, weight.reshape(got.shape)):
+            return (
+                " It is lm_head.weight reshaped, not transposed: lm_head is an nn.Linear, stored [d_vocab, d_model]; "
+                "W_U is its transpose, lm_head.weight.T ([d_model, d_vocab])."
+            )
     if got.ndim == 2 and got.shape[0] == got.shape[1] and same(got, expected[key].T):
         return " It is transposed: Conv1D already stores weights as [d_in, d_out]; use them as they are."
     for other_key, other in expected.items():
@@ -330,8 +351,10 @@ def hf_conversion_test(convert) -> None:
     summary = mismatch_summary(logits, hf_logits, atol=1e-4, rtol=1e-4)
     if summary is None:
         again = call(convert, {k: v.clone() for k, v in untouched.items()}, cfg, what=f"{name} (called again)")
-        if not isinstance(again, Mapping) or set(again) != set(converted) or any(
-            not torch.equal(again[k], converted[k]) for k in converted
+        if (
+            not isinstance(again, Mapping)
+            or set(again) != set(converted)
+            or any(not torch.equal(again[k], converted[k]) for k in converted)
         ):
             fail(f"{name} gave a different result when called a second time on the same input: it must not keep state.")
         diff = (logits - hf_logits).abs().max().item()
@@ -343,10 +366,11 @@ def hf_conversion_test(convert) -> None:
     for key in wanted:
         got = converted[key].detach()
         if not torch.allclose(got, expected[key], atol=1e-6, rtol=0):
+            # The tensor and the likely cause first, then the evidence (the logits) that shows it matters.
             fail(
-                f"The logits of DemoTransformer with your weights differ from transformers' ({summary}). "
-                f"The first wrong tensor is converted[{key!r}] (from {_hf_name(key)})."
-                f"{_value_hint(key, got, expected, hf_state, cfg)}"
+                f"converted[{key!r}] (from {_hf_name(key)}) is the first wrong tensor."
+                f"{_value_hint(key, got, expected, hf_state, cfg)} (The logits of DemoTransformer with your weights "
+                f"differ from transformers': {summary}.)"
             )
     fail(
         f"Every converted tensor looks right, yet the logits differ from transformers' ({summary}). "
@@ -403,6 +427,27 @@ def _ce_diagnosis(value: float, logits: Tensor, tokens: Tensor) -> str:
             "It averages the log-probabilities of the whole vocabulary: pick out (gather) only the correct next token's.",
         ),
         (right / math.log(2), "It is in bits (log2): use the natural logarithm, as torch.log and F.cross_entropy do."),
+        (
+            -log_probs.gather(-1, tokens.roll(-1, dims=1)[..., None]).mean().item(),
+            (
+                "It pairs the last position's logits with the first token (torch.roll wraps around): the last "
+                "position has no next token, so drop it: logits[:, :-1] with tokens[:, 1:]."
+            ),
+        ),
+        (
+            right * (pos - 1) / pos,
+            (
+                f"It divides the summed loss by batch * pos ({batch * pos}): only batch * (pos - 1) = "
+                f"{batch * (pos - 1)} positions have a next token, so take the mean over those."
+            ),
+        ),
+        (
+            -logits[:, :-1].log_softmax(1).gather(-1, tokens[:, 1:, None]).mean().item(),
+            (
+                "It takes log_softmax over the positions (dim=1): normalise over the vocabulary, the last dimension "
+                "(dim=-1)."
+            ),
+        ),
     ]
     for candidate, hint in candidates:
         if math.isfinite(candidate) and abs(value - candidate) <= 1e-4 + 1e-4 * abs(candidate):
@@ -475,11 +520,14 @@ def cross_entropy_test(cross_entropy_loss) -> None:
                     " It is right on small logits but not on large ones: log(softmax(x) + eps) or clamping hides the "
                     "underflow without fixing it; use torch.log_softmax (the log-sum-exp trick)."
                 )
-            fail(
+            evidence = (
                 f"On {what} (batch {batch}, {pos} positions, {d_vocab} tokens), {name} returned {value:.6f}, "
                 f"expected {expected:.6f}: the mean of -log p(tokens[:, i+1] | logits[:, i]) over all "
-                f"{batch * (pos - 1)} predictions.{hint}"
+                f"{batch * (pos - 1)} predictions."
             )
+            if hint:  # the likely cause first, then the evidence
+                fail(f"{name}:{hint} ({evidence})")
+            fail(evidence)
         with torch.enable_grad():
             out.backward()
         if leaf.grad is None or not torch.isfinite(leaf.grad).all():
@@ -603,9 +651,29 @@ def greedy_generate_test(greedy_generate) -> None:
         )
     elif calls and any(shape[1] != pos + i for i, shape in enumerate(calls[:n_new])):
         hint = f" The model was called on sequences of lengths {[s[1] for s in calls]}; expected {list(range(pos, pos + n_new))}."
+    elif (
+        batch > 1
+        and (out[:, step] == out[0, step]).all()
+        and not (want["right"][:, step] == want["right"][0, step]).all()
+    ):
+        hint = (
+            " Every row got row 0's token: each row's next token is the argmax of its own logits, "
+            "logits[:, -1].argmax(dim=-1, keepdim=True) (one per row)."
+        )
     else:
-        hint = " Check that argmax runs over the vocabulary (dim=-1) of the last position's logits."
-    fail(
-        f"{name} returned the wrong tokens: the first wrong one is new token {step - pos} (position {step}), "
-        f"got {out[:, step].tolist()}, expected {want['right'][:, step].tolist()} (one per prompt).{hint}"
+        # Is the wrong token at least the argmax of the model's logits for the tokens that precede it in the output?
+        with torch.no_grad():
+            argmax = _RuleLM()(out[:, :step])[:, -1].argmax(dim=-1)
+        if not torch.equal(argmax, out[:, step]):
+            hint = (
+                f" The token appended at position {step} is not the most likely next token of the sequence before "
+                f"it (the argmax of the last position's logits is {argmax.tolist()}): greedy decoding appends "
+                "logits[:, -1].argmax(dim=-1), the argmax over the vocabulary, with no sampling."
+            )
+    where = (
+        f"the first wrong one is new token {step - pos} (position {step}), got {out[:, step].tolist()}, expected "
+        f"{want['right'][:, step].tolist()} (one per prompt)"
     )
+    if hint:  # the likely cause first, then the evidence
+        fail(f"{name} returned the wrong tokens:{hint} ({where.capitalize()}.)")
+    fail(f"{name} returned the wrong tokens: {where}.")

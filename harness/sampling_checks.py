@@ -143,6 +143,15 @@ def top_k_test(top_k_filter) -> None:
     ties = torch.tensor([[5.0, 1.0, 5.0, 3.0, 5.0, 0.0, 2.0, -1.0], [0.0, 4.0, 1.0, 3.0, 2.0, 6.0, 5.0, 7.0]])
     cases = [(_logits(1), 5), (_logits(2), 1), (ties, 2), (_logits(3, d_vocab=12), 12), (_logits(4, d_vocab=12), 50)]
     for logits, k in cases:
+        if k > logits.shape[-1]:
+            try:
+                top_k_filter(logits.clone(), k)
+            except RuntimeError as err:  # topk(k) with k > d_vocab: the only case the others cannot catch
+                raise AssertionError(
+                    f"{name}(logits, {k}) on logits with only {logits.shape[-1]} tokens raised {type(err).__name__}: "
+                    f"{err}. k may be larger than d_vocab: clamp it first, k = min(k, logits.shape[-1]) (then "
+                    "every token is kept)."
+                ) from err
         out = _run_filter(top_k_filter, name, logits, k)
         expected = TopKLogitsWarper(top_k=k, filter_value=NEG_INF)(None, logits.clone())
         if _same_filter(out, expected):
@@ -236,13 +245,18 @@ def frequency_penalty_test(apply_frequency_penalty) -> None:
     logits = _logits(8, batch=3, d_vocab=10)
     tokens = torch.tensor([[1, 1, 1, 4, 9, 4], [0, 2, 2, 2, 2, 7], [5, 6, 5, 6, 5, 3]])
     for penalty in (0.5, 1.5):
-        given_tokens = tokens.clone()
+        given_tokens, given_logits = tokens.clone(), logits.clone()
         out = as_tensor_output(
-            call(apply_frequency_penalty, logits.clone(), given_tokens, penalty, what=f"{name}(logits, tokens, p)"),
+            call(apply_frequency_penalty, given_logits, given_tokens, penalty, what=f"{name}(logits, tokens, p)"),
             name,
         )
         if not torch.equal(given_tokens, tokens):
             fail(f"{name} modified `tokens` in place.")
+        if not torch.equal(given_logits, logits):  # the sampler may reuse the logits it passed (e.g. for top-k)
+            fail(
+                f"{name} modified `logits` in place (e.g. scatter_add_ or -= on logits): return a new tensor, "
+                "logits - penalty * counts."
+            )
         counts = _counts(tokens, logits.shape[-1])
         expected = logits - penalty * counts
         if tuple(out.shape) == tuple(logits.shape) and torch.allclose(out, expected, atol=1e-5):
@@ -253,6 +267,11 @@ def frequency_penalty_test(apply_frequency_penalty) -> None:
             fail(f"{name} subtracts the penalty once per token present (presence); subtract it once per occurrence.")
         if torch.allclose(out, logits - penalty * _counts(tokens[:1].expand_as(tokens), logits.shape[-1]), atol=1e-5):
             fail(f"{name} used the first row's counts for every row: count each row's own tokens.")
+        whole_batch = torch.bincount(tokens.flatten(), minlength=logits.shape[-1]).float()
+        if torch.allclose(out, logits - penalty * whole_batch, atol=1e-5):
+            fail(
+                f"{name} counts the tokens of the whole batch: count each row's own tokens (row r's penalty uses row r)."
+            )
         if torch.allclose(out, logits + penalty * counts, atol=1e-5):
             fail(f"{name} adds the penalty: subtract it, so repeated tokens become less likely.")
         fail(f"{name} differs from logits - penalty * (occurrences of each token in its row).")
@@ -335,6 +354,23 @@ def sample_next_token_test(sample_next_token) -> None:
                 fail(
                     f"{name} applies the processors in the order {' -> '.join(order)}; transformers' order is "
                     "frequency penalty -> temperature -> top-k -> top-p, then one draw from the softmax."
+                )
+        skippable = {
+            "penalty": settings["frequency_penalty"],
+            "temperature": settings["temperature"] != 1.0,
+            "top_k": settings["top_k"] is not None,
+            "top_p": settings["top_p"] is not None,
+        }
+        for skipped in [step for step, used in skippable.items() if used]:
+            kept = tuple(step for step in ("penalty", "temperature", "top_k", "top_p") if step != skipped)
+            variant = _processed(*args, order=kept).softmax(-1)
+            if tv(variant.flatten(), expected.flatten()) > 0.2 and all(
+                tv(freqs[r], variant[r]) <= 0.06 for r in range(3)
+            ):
+                argument = {"penalty": "frequency_penalty"}.get(skipped, skipped)
+                fail(
+                    f"{name} ignores {argument}: its draws follow the probabilities with every other processor "
+                    f"applied but not that one (this call passes {argument}={settings[argument]})."
                 )
         outside = (freqs > 0) & (expected == 0)
         if outside.any():
@@ -432,6 +468,18 @@ def generate_test(generate) -> None:
         )
     else:
         fail(f"{name} with temperature 0: expected {expected.tolist()}, got {out.tolist()}.")
+    # A prompt that outgrows the model's context: the model must only ever see its last n_ctx tokens.
+    short_context = ScriptedLM(_successor_table(d_vocab, eos), n_ctx=4)
+    try:
+        _kcall(generate, short_context, prompt[1:2].clone(), 4, eos_token_id=eos, temperature=0.0, what=name)
+    except AssertionError as err:
+        if "n_ctx" not in str(err):
+            raise
+        raise AssertionError(
+            f"{name} fed the model more tokens than its context length (model.cfg.n_ctx = 4 here) once the sequence "
+            "grew: pass only the last n_ctx tokens, model(tokens[:, -model.cfg.n_ctx:]). "
+            f"({str(err).splitlines()[0]})"
+        ) from err
     _generate_matches_hf(generate, name)
     g = torch.Generator().manual_seed(0)
     sampled = as_tensor_output(
@@ -477,7 +525,7 @@ def _generate_matches_hf(generate, name: str) -> None:
     if got.shape != want.shape or not torch.equal(got, want):
         fail(
             f"{name} with temperature 0 on the reference model differs from GPT2LMHeadModel.generate(do_sample="
-            f"False): got {got[:, prompt.shape[1]:].tolist()}, expected {want[:, prompt.shape[1]:].tolist()}."
+            f"False): got {got[:, prompt.shape[1] :].tolist()}, expected {want[:, prompt.shape[1] :].tolist()}."
         )
 
 
@@ -552,8 +600,10 @@ def beam_search_test(beam_search) -> None:
                 " It followed the likeliest first token: keep the best `num_beams` candidates among the children "
                 "of every beam, not only the best parent's."
             )
-        fail(f"{name} with enough beams to be exhaustive must find {best} (highest summed log-probability); got "
-             f"{got}.{hint}")
+        fail(
+            f"{name} with enough beams to be exhaustive must find {best} (highest summed log-probability); got "
+            f"{got}.{hint}"
+        )
     # 40 steps of probabilities near 1/50 multiply to ~1e-68: zero in float32, so products cannot rank the beams.
     flat = torch.zeros(50, 50)
     flat[torch.arange(50), (torch.arange(50) * 7 + 3) % 50] = 0.3
@@ -574,8 +624,10 @@ def beam_search_test(beam_search) -> None:
     seq = [0] + got
     bigrams = list(itertools.pairwise(seq))
     if len(bigrams) != len(set(bigrams)):
-        fail(f"{name} with no_repeat_ngram_size=2 repeated a 2-gram: {seq}. Ban any token that would complete an "
-             "n-gram already in the sequence (its logit -> -inf) before choosing.")
+        fail(
+            f"{name} with no_repeat_ngram_size=2 repeated a 2-gram: {seq}. Ban any token that would complete an "
+            "n-gram already in the sequence (its logit -> -inf) before choosing."
+        )
     reference, hf = _hf_reference_model()
     for text in ("O Romeo, Romeo,", "KING.\nWhat"):
         prompt = reference.to_tokens(text)
@@ -585,8 +637,10 @@ def beam_search_test(beam_search) -> None:
         with torch.no_grad():
             got = run(3, 8, m=reference, p=prompt, eos_id=50256)
         if got != want:
-            fail(f"{name} with 3 beams on the reference model differs from GPT2LMHeadModel.generate(num_beams=3): "
-                 f"got {got}, expected {want}.")
+            fail(
+                f"{name} with 3 beams on the reference model differs from GPT2LMHeadModel.generate(num_beams=3): "
+                f"got {got}, expected {want}."
+            )
     print(
         f"{name} passed: width 1 is greedy, enough beams is exhaustive, log-probabilities add, no repeated n-grams, "
         "and 3 beams match transformers' beam search."

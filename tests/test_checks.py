@@ -559,3 +559,171 @@ def test_load_gpt2_reports_misshaped(reference, cache):
 
     module, x = _load_cases(reference, cache)["LayerNorm"]
     fails(load_gpt2_test, LayerNormWrongShape, module, x, match=r"wrong shape: b: yours \[\d+\], expected \[\d+\]")
+
+
+# ------------------------------------------------- mistakes found by bench/naming_rate.py: each is named first
+def _layer_norm_forward(self, x, *, dim=-1, uncentred_var=False, affine="wb", eps=None):
+    eps = self.cfg.layer_norm_eps if eps is None else eps
+    centred = x - x.mean(dim, keepdim=True)
+    var = (x if uncentred_var else centred).pow(2).mean(dim, keepdim=True)
+    normed = centred / (var + eps).sqrt()
+    return {"wb": normed * self.w + self.b, "w": normed * self.w, "bw": normed * self.b + self.w}[affine]
+
+
+def _named_like(base, forward, init=None):
+    """A subclass named like the course's class: the learner's class is called LayerNorm too, so the message cannot
+    get the mistake's name from the class name."""
+    body = {"forward": forward}
+    if init is not None:
+        body["__init__"] = init
+    return type(base.__name__, (base,), body)
+
+
+def _attention_forward(self, x, *, swap_qk=False, mean_heads=False, v_from_q=False, z_over_queries=False):
+    q = torch.einsum("bpd,ndh->bpnh", x, self.W_Q) + self.b_Q
+    k = torch.einsum("bpd,ndh->bpnh", x, self.W_K) + self.b_K
+    v = torch.einsum("bpd,ndh->bpnh", x, self.W_Q if v_from_q else self.W_V) + self.b_V
+    if swap_qk:
+        q, k = k, q
+    scores = torch.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(self.cfg.d_head)
+    pattern = self.apply_causal_mask(scores).softmax(-1)
+    if z_over_queries:
+        pattern = pattern.transpose(-1, -2)
+    z = torch.einsum("bnqk,bknh->bqnh", pattern, v)
+    per_head = torch.einsum("bqnh,nhd->bqnd", z, self.W_O)
+    return (per_head.mean(2) if mean_heads else per_head.sum(2)) + self.b_O
+
+
+def _model_forward(self, tokens, *, embed_scale=1.0, ln_every_block=False):
+    residual = self.embed(tokens) * embed_scale + self.pos_embed(tokens)
+    for block in self.blocks:
+        residual = block(residual)
+        if ln_every_block:
+            residual = self.ln_final(residual)
+    return self.unembed(residual if ln_every_block else self.ln_final(residual))
+
+
+def _sinusoidal_pos(self, tokens):
+    batch, pos = tokens.shape
+    return components("02_embeddings").sinusoidal_positional_encoding(pos, self.cfg.d_model).expand(batch, -1, -1)
+
+
+@pytest.mark.parametrize(
+    ("check", "cls", "shape", "match"),
+    [
+        (
+            rand_float_test,
+            _named_like(course.LayerNorm, lambda s, x: _layer_norm_forward(s, x, affine="w")),
+            3,
+            r"^LayerNorm: It matches LayerNorm without the learned shift",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.LayerNorm, lambda s, x: _layer_norm_forward(s, x, affine="bw")),
+            3,
+            r"^LayerNorm: It matches LayerNorm with w and b swapped",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.LayerNorm, lambda s, x: _layer_norm_forward(s, x, dim=1)),
+            3,
+            r"^LayerNorm: It matches LayerNorm over the wrong dimension",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.LayerNorm, lambda s, x: _layer_norm_forward(s, x, uncentred_var=True)),
+            3,
+            r"^LayerNorm: It matches LayerNorm with the variance of x itself",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.LayerNorm, lambda s, x: _layer_norm_forward(s, x, eps=1e-5)),
+            3,
+            r"^LayerNorm: It matches LayerNorm with epsilon fixed at 1e-5: use cfg.layer_norm_eps",
+        ),
+        (
+            rand_int_test,
+            _named_like(course.Embed, lambda s, t: s.W_E[t] * math.sqrt(s.cfg.d_model)),
+            2,
+            r"^Embed: It matches W_E\[tokens\] scaled by sqrt\(d_model\)",
+        ),
+        (
+            rand_int_test,
+            _named_like(course.PosEmbed, _sinusoidal_pos),
+            2,
+            r"^PosEmbed: It matches the fixed sinusoidal encoding: GPT-2 learns",
+        ),
+        (
+            rand_int_test,
+            _named_like(course.PosEmbed, lambda s, t: s.W_pos[: t.shape[0]].expand(t.shape[0], -1, -1)),
+            2,
+            r"^PosEmbed output has shape \[2, 2, 64\] .* its length is the batch size",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.Attention, lambda s, x: _attention_forward(s, x, swap_qk=True)),
+            3,
+            r"^Attention: It matches attention with queries and keys swapped",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.Attention, lambda s, x: _attention_forward(s, x, mean_heads=True)),
+            3,
+            r"^Attention: It matches attention whose heads are averaged",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.Attention, lambda s, x: _attention_forward(s, x, v_from_q=True)),
+            3,
+            r"^Attention: It matches attention with the values computed from W_Q",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.Attention, lambda s, x: _attention_forward(s, x, z_over_queries=True)),
+            3,
+            r"^Attention: It matches attention whose pattern is applied transposed",
+        ),
+        (
+            rand_float_test,
+            _named_like(course.MLP, lambda s, x: course.gelu_new((x @ s.W_in + s.b_in) @ s.W_out + s.b_out)),
+            3,
+            r"^MLP: It matches the MLP with the activation after W_out",
+        ),
+        (
+            rand_int_test,
+            _named_like(
+                course.DemoTransformer, lambda s, t: _model_forward(s, t, embed_scale=math.sqrt(s.cfg.d_model))
+            ),
+            2,
+            r"^DemoTransformer: The token embeddings are scaled by sqrt\(d_model\)",
+        ),
+        (
+            rand_int_test,
+            _named_like(course.DemoTransformer, lambda s, t: _model_forward(s, t, ln_every_block=True)),
+            2,
+            r"^DemoTransformer: Block 1 received ln_final of block 0's output",
+        ),
+    ],
+)
+def test_bench_mistakes_are_named_first(check, cls, shape, match):
+    size = [2, 5, SMALL.d_model][:shape] if shape == 3 else [2, 5]
+    fails(check, cls, size, SMALL, match=match)
+
+
+class BlockNoMlpResidualNamed(course.TransformerBlock):
+    def forward(self, x):
+        return self.mlp(self.ln2(x + self.attn(self.ln1(x))))
+
+
+BlockNoMlpResidualNamed.__name__ = "TransformerBlock"
+
+
+def test_load_gpt2_leads_with_the_cause(reference, cache):
+    """load_gpt2_test names the mistake first, as rand_float_test does, using the block and model traces too."""
+    given, x = _load_cases(reference, cache)["TransformerBlock"]
+    fails(
+        load_gpt2_test, BlockNoMlpResidualNamed, given, x, match=r"^TransformerBlock: The block returns the MLP output"
+    )
+    lnu = _named_like(course.LayerNorm, lambda s, x: _layer_norm_forward(s, x, affine="w"))
+    given, x = _load_cases(reference, cache)["LayerNorm"]
+    fails(load_gpt2_test, lnu, given, x, match=r"^LayerNorm: It matches LayerNorm without the learned shift")

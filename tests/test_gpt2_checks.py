@@ -384,7 +384,7 @@ def gen_in_place(model, tokens, n_new):
     ("fn", "message"),
     [
         (gen_first_position, r"\*first\* position"),
-        (gen_argmax_over_positions, "argmax runs over the vocabulary"),
+        (gen_argmax_over_positions, "argmax over the vocabulary"),
         (gen_argmax_over_batch, "raised RuntimeError"),
         (gen_not_appended, "append each new token"),
         (gen_sampling, "no sampling"),
@@ -396,4 +396,101 @@ def gen_in_place(model, tokens, n_new):
 )
 def test_greedy_fails_wrong(fn, message):
     with pytest.raises(AssertionError, match=message):
+        greedy_generate_test(fn)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Mistakes found by bench/naming_rate.py: the cause leads the message
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _ce_roll(logits, tokens):
+    return -logits.log_softmax(-1).gather(-1, tokens.roll(-1, dims=1)[..., None]).mean()
+
+
+def _ce_divides_by_all(logits, tokens):
+    return -logits[:, :-1].log_softmax(-1).gather(-1, tokens[:, 1:, None]).sum() / tokens.numel()
+
+
+def _ce_softmax_over_positions(logits, tokens):
+    return -logits[:, :-1].log_softmax(1).gather(-1, tokens[:, 1:, None]).mean()
+
+
+def _ce_no_shift(logits, tokens):
+    return F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+
+
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        (_ce_roll, r"^_ce_roll: It pairs the last position's logits with the first token \(torch.roll wraps"),
+        (_ce_divides_by_all, r"^_ce_divides_by_all: It divides the summed loss by batch \* pos"),
+        (_ce_softmax_over_positions, r"^_ce_softmax_over_positions: It takes log_softmax over the positions"),
+        (_ce_no_shift, r"^_ce_no_shift: It scores each position's logits against the token at the same position"),
+    ],
+)
+def test_cross_entropy_names_the_cause_first(fn, match):
+    with pytest.raises(AssertionError, match=match):
+        cross_entropy_test(fn)
+
+
+def _conversion_with(course, mistake):
+    def convert(hf, cfg):
+        sd = course.convert_hf_gpt2_state_dict(hf, cfg)
+        for i in range(cfg.n_layers):
+            h, b = f"transformer.h.{i}.", f"blocks.{i}."
+            if mistake == "reshape":  # reshape to [n_heads, d_model, d_head] without moving the axes
+                for name, W in zip("QKV", hf[h + "attn.c_attn.weight"].split(cfg.d_model, dim=1)):
+                    sd[b + f"attn.W_{name}"] = W.reshape(cfg.n_heads, cfg.d_model, cfg.d_head)
+            elif mistake == "c_fc":  # Conv1D taken for nn.Linear: transposed, then reshaped to fit
+                sd[b + "mlp.W_in"] = hf[h + "mlp.c_fc.weight"].T.reshape(cfg.d_model, cfg.d_mlp)
+        if mistake == "lm_head":
+            sd["unembed.W_U"] = hf["lm_head.weight"].reshape(cfg.d_model, cfg.d_vocab)
+        return sd
+
+    return convert
+
+
+@pytest.mark.parametrize(
+    ("mistake", "match"),
+    [
+        ("reshape", r"^converted\['blocks.0.attn.W_Q'\] .* is the first wrong tensor. It is c_attn's block reshaped"),
+        ("c_fc", r"^converted\['blocks.0.mlp.W_in'\] .* It is mlp.c_fc.weight transposed \(then reshaped\)"),
+        ("lm_head", r"^converted\['unembed.W_U'\] .* It is lm_head.weight reshaped, not transposed"),
+    ],
+)
+def test_conversion_names_the_wrong_tensor_and_layout_first(course, mistake, match):
+    with pytest.raises(AssertionError, match=match):
+        hf_conversion_test(_conversion_with(course, mistake))
+
+
+@torch.no_grad()
+def _greedy_first_row(model, tokens, n_new):
+    for _ in range(n_new):
+        token = model(tokens)[0, -1].argmax(-1)  # row 0's prediction for every row
+        tokens = torch.cat([tokens, token.expand(tokens.shape[0], 1)], dim=1)
+    return tokens
+
+
+@torch.no_grad()
+def _greedy_samples(model, tokens, n_new):
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(n_new):
+        probs = model(tokens)[:, -1].softmax(-1)
+        tokens = torch.cat([tokens, torch.multinomial(probs, 1, generator=gen)], dim=1)
+    return tokens
+
+
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        (_greedy_first_row, r"^_greedy_first_row returned the wrong tokens: Every row got row 0's token"),
+        (
+            _greedy_samples,
+            r"^_greedy_samples returned the wrong tokens: The token appended at position \d+ is not the most likely",
+        ),
+    ],
+)
+def test_greedy_names_the_cause_first(fn, match):
+    with pytest.raises(AssertionError, match=match):
         greedy_generate_test(fn)

@@ -110,63 +110,164 @@ TOP_K = "threshold = logits.topk(k, dim=-1).values[:, -1:]  # [batch 1]"
 TOP_P_REMOVE = "remove_sorted = mass_before >= p"
 
 WRONG = [
-    ("temperature_test", "apply_temperature", {"apply_temperature": (TEMPERATURE, "return logits * temperature")},
-     "multiplies the logits by the temperature"),
-    ("temperature_test", "apply_temperature",
-     {"apply_temperature": (TEMPERATURE, "return logits.softmax(-1) / temperature")}, "after the softmax"),
-    ("temperature_test", "apply_temperature",
-     {"apply_temperature": (TEMPERATURE, "return (logits / temperature).softmax(-1)")}, "returns probabilities"),
-    ("temperature_test", "apply_temperature", {"apply_temperature": ("if temperature == 0:", "if False:")},
-     "divides by zero at temperature 0"),
-    ("top_k_test", "top_k_filter", {"top_k_filter": (TOP_K, "threshold = logits.topk(k, dim=-1).values[:, -2:-1]")},
-     "k - 1 tokens"),
-    ("top_k_test", "top_k_filter",
-     {"top_k_filter": (TOP_K, "threshold = logits.topk(min(k + 1, logits.shape[-1]), dim=-1).values[:, -1:]")},
-     "k + 1 tokens"),
-    ("top_k_test", "top_k_filter",
-     {"top_k_filter": (TOP_K, "threshold = logits.topk(k, dim=-1).values[:1, -1:]")}, "first row's threshold"),
+    (
+        "temperature_test",
+        "apply_temperature",
+        {"apply_temperature": (TEMPERATURE, "return logits * temperature")},
+        "multiplies the logits by the temperature",
+    ),
+    (
+        "temperature_test",
+        "apply_temperature",
+        {"apply_temperature": (TEMPERATURE, "return logits.softmax(-1) / temperature")},
+        "after the softmax",
+    ),
+    (
+        "temperature_test",
+        "apply_temperature",
+        {"apply_temperature": (TEMPERATURE, "return (logits / temperature).softmax(-1)")},
+        "returns probabilities",
+    ),
+    (
+        "temperature_test",
+        "apply_temperature",
+        {"apply_temperature": ("if temperature == 0:", "if False:")},
+        "divides by zero at temperature 0",
+    ),
+    (
+        "top_k_test",
+        "top_k_filter",
+        {"top_k_filter": (TOP_K, "threshold = logits.topk(k, dim=-1).values[:, -2:-1]")},
+        "k - 1 tokens",
+    ),
+    (
+        "top_k_test",
+        "top_k_filter",
+        {"top_k_filter": (TOP_K, "threshold = logits.topk(min(k + 1, logits.shape[-1]), dim=-1).values[:, -1:]")},
+        "k + 1 tokens",
+    ),
+    (
+        "top_k_test",
+        "top_k_filter",
+        {"top_k_filter": (TOP_K, "threshold = logits.topk(k, dim=-1).values[:1, -1:]")},
+        "first row's threshold",
+    ),
     ("top_k_test", "top_k_filter", {"top_k_filter": ('float("-inf"))', "-1e4)")}, "must become -inf"),
-    ("top_k_test", "top_k_filter",
-     {"top_k_filter": ("return logits.masked_fill(logits < threshold, float(\"-inf\"))",
-                       ("keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(k, -1).indices, "
-                        "True)\n    return logits.masked_fill(~keep, float(\"-inf\"))"))}, "ties"),
-    ("top_p_test", "top_p_filter", {"top_p_filter": (TOP_P_REMOVE, "remove_sorted = probs.cumsum(dim=-1) > p")},
-     "drops the token whose probability crosses p"),
-    ("top_p_test", "top_p_filter",
-     {"top_p_filter": ("remove = remove_sorted.scatter(-1, order, remove_sorted)", "remove = remove_sorted")},
-     "scatter it back"),
-    ("top_p_test", "top_p_filter", {"top_p_filter": ("remove_sorted[:, :min_tokens_to_keep] = False",
-                                                     "remove_sorted[:, :1] = False")}, "min_tokens_to_keep"),
-    ("frequency_penalty_test", "apply_frequency_penalty",
-     {"apply_frequency_penalty": ("return logits - penalty * counts", "return logits - penalty * (counts > 0)")},
-     "presence"),
-    ("frequency_penalty_test", "apply_frequency_penalty",
-     {"apply_frequency_penalty": ("return logits - penalty * counts", "return logits - penalty * counts[:1]")},
-     "first row's counts"),
-    ("sample_next_token_test", "sample_next_token",
-     {"sample_next_token": ("num_samples=1, generator=generator)", "num_samples=1)")}, "same seeded generator"),
-    ("sample_next_token_test", "sample_next_token",
-     {"sample_next_token": ("    logits = apply_temperature(logits, temperature)\n", "")
-      , "top_p_filter": ("return logits.masked_fill(remove, float(\"-inf\"))",
-                         "return logits.masked_fill(remove, float(\"-inf\")) / TEMPERATURE_AFTER")},
-     "order"),
-    ("generate_test", "generate", {"generate": (
-        "next_token = torch.where(finished, torch.full_like(next_token, eos_token_id), next_token)", "pass")},
-     "kept generating after row 0 emitted"),
-    ("generate_test", "generate", {"generate": (
-        "next_token = sample_next_token(logits, tokens, **sampling)  # [batch]",
-        "next_token = sample_next_token(logits, tokens, **sampling)[:1].expand(tokens.shape[0])")},
-     "every row the same new tokens"),
-    ("beam_search_test", "beam_search", {"beam_search": [
-        ("live = [(0.0, tokens[0])]", "live = [(1.0, tokens[0])]"),
-        ("scores = log_probs + torch.tensor([score for score, _ in live])[:, None]",
-         "scores = log_probs.exp() * torch.tensor([score for score, _ in live])[:, None]")]}, "underflow"),
-    ("beam_search_test", "beam_search", {"beam_search": (
-        "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
-        "scores = scores[:1]\n        top = scores.flatten().topk(min(2 * num_beams, scores.numel()))")},
-     "not only the best parent's"),
-    ("beam_search_test", "beam_search", {"beam_search": ("if no_repeat_ngram_size > 0 and batch.shape[1] >= no_repeat_ngram_size:", "if False:")},
-     "repeated a 2-gram"),
+    (
+        "top_k_test",
+        "top_k_filter",
+        {
+            "top_k_filter": (
+                'return logits.masked_fill(logits < threshold, float("-inf"))',
+                (
+                    "keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(k, -1).indices, "
+                    'True)\n    return logits.masked_fill(~keep, float("-inf"))'
+                ),
+            )
+        },
+        "ties",
+    ),
+    (
+        "top_p_test",
+        "top_p_filter",
+        {"top_p_filter": (TOP_P_REMOVE, "remove_sorted = probs.cumsum(dim=-1) > p")},
+        "drops the token whose probability crosses p",
+    ),
+    (
+        "top_p_test",
+        "top_p_filter",
+        {"top_p_filter": ("remove = remove_sorted.scatter(-1, order, remove_sorted)", "remove = remove_sorted")},
+        "scatter it back",
+    ),
+    (
+        "top_p_test",
+        "top_p_filter",
+        {"top_p_filter": ("remove_sorted[:, :min_tokens_to_keep] = False", "remove_sorted[:, :1] = False")},
+        "min_tokens_to_keep",
+    ),
+    (
+        "frequency_penalty_test",
+        "apply_frequency_penalty",
+        {"apply_frequency_penalty": ("return logits - penalty * counts", "return logits - penalty * (counts > 0)")},
+        "presence",
+    ),
+    (
+        "frequency_penalty_test",
+        "apply_frequency_penalty",
+        {"apply_frequency_penalty": ("return logits - penalty * counts", "return logits - penalty * counts[:1]")},
+        "first row's counts",
+    ),
+    (
+        "sample_next_token_test",
+        "sample_next_token",
+        {"sample_next_token": ("num_samples=1, generator=generator)", "num_samples=1)")},
+        "same seeded generator",
+    ),
+    (
+        "sample_next_token_test",
+        "sample_next_token",
+        {
+            "sample_next_token": ("    logits = apply_temperature(logits, temperature)\n", ""),
+            "top_p_filter": (
+                'return logits.masked_fill(remove, float("-inf"))',
+                'return logits.masked_fill(remove, float("-inf")) / TEMPERATURE_AFTER',
+            ),
+        },
+        "order",
+    ),
+    (
+        "generate_test",
+        "generate",
+        {
+            "generate": (
+                "next_token = torch.where(finished, torch.full_like(next_token, eos_token_id), next_token)",
+                "pass",
+            )
+        },
+        "kept generating after row 0 emitted",
+    ),
+    (
+        "generate_test",
+        "generate",
+        {
+            "generate": (
+                "next_token = sample_next_token(logits, tokens, **sampling)  # [batch]",
+                "next_token = sample_next_token(logits, tokens, **sampling)[:1].expand(tokens.shape[0])",
+            )
+        },
+        "every row the same new tokens",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": [
+                ("live = [(0.0, tokens[0])]", "live = [(1.0, tokens[0])]"),
+                (
+                    "scores = log_probs + torch.tensor([score for score, _ in live])[:, None]",
+                    "scores = log_probs.exp() * torch.tensor([score for score, _ in live])[:, None]",
+                ),
+            ]
+        },
+        "underflow",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": (
+                "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
+                "scores = scores[:1]\n        top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
+            )
+        },
+        "not only the best parent's",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("if no_repeat_ngram_size > 0 and batch.shape[1] >= no_repeat_ngram_size:", "if False:")},
+        "repeated a 2-gram",
+    ),
 ]
 
 
@@ -181,11 +282,15 @@ def test_wrong_versions_are_named(check, function, changes, phrase):
 
 
 KV_WRONG = [
-    ({"KVCacheTransformer": ("self.pos_embed.W_pos[offset : offset + new]", "self.pos_embed.W_pos[:new]")},
-     "positional embedding of position 0"),
+    (
+        {"KVCacheTransformer": ("self.pos_embed.W_pos[offset : offset + new]", "self.pos_embed.W_pos[:new]")},
+        "positional embedding of position 0",
+    ),
     ({"KVCacheAttention": ("diagonal=total - new + 1)", "diagonal=1)")}, "causal-mask row is the last row"),
-    ({"KVCacheAttention": ("k = torch.cat([past_kv[0], k], dim=1)", "k = torch.cat([past_kv[0], k], dim=2)")},
-     "concatenate past and new keys along dim=1"),
+    (
+        {"KVCacheAttention": ("k = torch.cat([past_kv[0], k], dim=1)", "k = torch.cat([past_kv[0], k], dim=2)")},
+        "concatenate past and new keys along dim=1",
+    ),
     ({"KVCacheAttention": ("return out, (k, v)", "return out, (v, k)")}, "swapped"),
 ]
 
@@ -199,13 +304,15 @@ def test_wrong_kv_caches_are_named(changes, phrase):
 
 
 def test_cache_kept_between_calls_is_named():
-    namespace = build(cached_generate=(
-        "    logits, past_kvs = model(tokens)  # the prompt, once\n",
-        (
-            "    if getattr(model, 'kept', None) is None:\n        model.kept = model(tokens)\n"
-            "    logits, past_kvs = model.kept\n"
-        ),
-    ))
+    namespace = build(
+        cached_generate=(
+            "    logits, past_kvs = model(tokens)  # the prompt, once\n",
+            (
+                "    if getattr(model, 'kept', None) is None:\n        model.kept = model(tokens)\n"
+                "    logits, past_kvs = model.kept\n"
+            ),
+        )
+    )
     with pytest.raises(AssertionError) as err:
         harness.cached_generate_test(namespace["cached_generate"], namespace["KVCacheTransformer"])
     assert "kept from the first call" in str(err.value), str(err.value)
@@ -216,3 +323,61 @@ def test_past_n_ctx_without_an_error_is_named():
     with pytest.raises(AssertionError) as err:
         harness.cached_generate_test(namespace["cached_generate"], namespace["KVCacheTransformer"])
     assert "n_ctx" in str(err.value), str(err.value)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Mistakes found by bench/naming_rate.py
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _top_k_unclamped(logits, k):
+    threshold = logits.topk(k, dim=-1).values[:, -1:]  # raises when k > d_vocab
+    return logits.masked_fill(logits < threshold, float("-inf"))
+
+
+def _penalty_in_place(logits, tokens, penalty):
+    return logits.scatter_add_(-1, tokens, -penalty * torch.ones_like(tokens, dtype=logits.dtype))
+
+
+def _penalty_whole_batch(logits, tokens, penalty):
+    return logits - penalty * torch.bincount(tokens.flatten(), minlength=logits.shape[-1]).to(logits.dtype)
+
+
+def _sampler_without_penalty(course):
+    def sample(logits, tokens, temperature=1.0, top_k=None, top_p=None, frequency_penalty=0.0, generator=None):
+        return course.sample_next_token(logits, tokens, temperature, top_k, top_p, 0.0, generator)
+
+    return sample
+
+
+def _generate_without_crop(course):
+    def generate(model, tokens, max_new_tokens, eos_token_id=course.EOT, **sampling):
+        finished = torch.zeros(tokens.shape[0], dtype=torch.bool)
+        for _ in range(max_new_tokens):
+            next_token = course.sample_next_token(model(tokens)[:, -1], tokens, **sampling)  # the whole sequence
+            next_token = torch.where(finished, torch.full_like(next_token, eos_token_id), next_token)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+            finished |= next_token == eos_token_id
+            if finished.all():
+                break
+        return tokens
+
+    return generate
+
+
+def test_bench_mistakes_are_named():
+    course = components("07_sampling_and_kv_cache")
+    cases = [
+        (harness.top_k_test, _top_k_unclamped, r"k may be larger than d_vocab: clamp it first"),
+        (harness.frequency_penalty_test, _penalty_in_place, r"modified `logits` in place"),
+        (harness.frequency_penalty_test, _penalty_whole_batch, r"counts the tokens of the whole batch"),
+        (harness.sample_next_token_test, _sampler_without_penalty(course), r"^sample ignores frequency_penalty"),
+        (
+            harness.generate_test,
+            _generate_without_crop(course),
+            r"^generate fed the model more tokens than its context",
+        ),
+    ]
+    for check, fn, match in cases:
+        with pytest.raises(AssertionError, match=match):
+            check(fn)
