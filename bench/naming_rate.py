@@ -1847,6 +1847,97 @@ add(T, "no padding after EOS", decode_with("nopad"), "emit padding", "keep gener
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# Notebook 06 (training): the wrong versions kept in tests/test_training_checks.py, counted here the same way.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import test_training_checks as t06  # the tests folder, put on the path above
+
+c06 = t06.course
+for fn, phrase in [
+    (t06.loss_no_shift, "same position"),
+    (t06.loss_shift_wrong_way, "shifted the wrong way"),
+    (t06.loss_sum, "sum over all predictions"),
+    (t06.loss_wrong_sign, "wrong sign"),
+    (t06.loss_softmax, "averages probabilities"),
+    (t06.loss_log_of_softmax, "log-sum-exp"),
+    (t06.loss_item, "no .item()"),
+    (t06.loss_roll, "wraps around"),
+    (t06.loss_log_softmax_over_positions, "over the positions"),
+    (t06.loss_ignores_id_0, "id is 0"),
+    (t06.loss_ignores_eot, "endoftext"),
+]:
+    add("lm_loss_test", fn.__name__, lambda fn=fn: harness.lm_loss_test(fn), phrase)
+add("lm_loss_test", "", lambda: harness.lm_loss_test(c06.lm_cross_entropy))
+for fn, phrase in [
+    (t06.masked_unshifted, "not shifted"),
+    (t06.masked_over_all, "divides by every prediction"),
+    (t06.masked_per_row, "averages each sequence first"),
+    (t06.masked_ignored, "ignores the mask"),
+    (t06.masked_inverted, "inverted"),
+    (t06.masked_by_every_mask_position, "counts position 0"),
+]:
+    add("masked_loss_test", fn.__name__, lambda fn=fn: harness.masked_loss_test(fn), phrase)
+add("masked_loss_test", "", lambda: harness.masked_loss_test(c06.masked_lm_loss))
+for mistake, phrase in [
+    ("from_zero", "warms up from 0"),
+    ("to_zero", "decays to 0"),
+    ("unclamped", "does not stop decaying"),
+    ("from_start", "progress from step 0"),
+    ("no_warmup", "has no warm-up"),
+    ("linear", "decays linearly"),
+]:
+    add(
+        "lr_schedule_test",
+        mistake,
+        lambda m=mistake: harness.lr_schedule_test(t06._schedule(m), c06.TrainingArgs),
+        phrase,
+    )
+add("lr_schedule_test", "", lambda: harness.lr_schedule_test(c06.lr_at, c06.TrainingArgs))
+for mistake, phrase in [
+    ("all", "embeddings are decayed"),
+    ("embeddings_decayed", "embeddings are decayed"),
+    ("ln_gains_decayed", "layernorm gains are decayed"),
+    ("biases_decayed", "biases are decayed"),
+    ("only_attention", "matrices are not decayed"),
+    ("embed_substring", "unembed.w_u"),
+    ("none_decayed", "decays nothing"),
+    ("missing", "in no group"),
+    ("twice", "more than one group"),
+    ("copies", "not one of the model's parameters"),
+    ("no_decay_key", "has no 'weight_decay' entry"),
+]:
+    add("weight_decay_groups_test", mistake, lambda m=mistake: harness.weight_decay_groups_test(t06._groups(m)), phrase)
+add("weight_decay_groups_test", "", lambda: harness.weight_decay_groups_test(c06.weight_decay_groups))
+for fn, phrase in [
+    (t06.no_zero_grad, "previous step's gradients"),
+    (t06.no_clipping, "not clipped"),
+    (t06.clip_values, "clip_grad_value_"),
+    (t06.no_schedule, "schedule was not applied"),
+    (t06.lr_after_step, "rate of the previous step"),
+    (t06.zero_grad_before_step, "not between backward and step"),
+    (t06.trains_on_validation, "validation windows"),
+    (t06.same_batch_every_step, "new random batch"),
+    (t06.no_step, "never called optimizer.step"),
+    (t06.unshifted_loss, "not those of this step's loss"),
+    (t06.new_optimizer_every_step, "create the optimizer once"),
+]:
+    add("train_test", fn.__name__, lambda fn=fn: harness.train_test(t06.make_train(fn), c06.TrainingArgs), phrase)
+add("train_test", "", lambda: harness.train_test(c06.train, c06.TrainingArgs))
+for mistake, phrase in [
+    ("same_seed", "same 8 problems at every step"),
+    ("unmasked", "not those of this step's loss"),
+    ("new_optimizer", "different optimizers"),
+    ("no_schedule", "schedule was not applied"),
+    ("no_clip", "not clipped"),
+]:
+    add(
+        "train_addition_test",
+        mistake,
+        lambda m=mistake: harness.train_addition_test(t06._train_addition(m), c06.TrainingArgs),
+        phrase,
+    )
+add("train_addition_test", "", lambda: harness.train_addition_test(c06.train_addition, c06.TrainingArgs))
+
+
 def _course_names() -> None:
     """Give every wrong class its course class's name, as a learner's would have: a name like `LNNoBias` must not
     put the mistake's name into the message for free."""
