@@ -9,12 +9,17 @@ grader's process, and never imports or runs learner code:
    (`harness.course.components`) with every parameter set at random from that seed, draws random inputs, computes
    the expected outputs and keeps them; it writes only the inputs and the weights (safetensors) and a JSON list of
    the probes into the job's folder, which the sandboxed re-check child reads (`instructor.probe_runner`);
-2. the child, once its plan has run, builds each learner class with the probe's `Config`, loads the weights
-   strictly, runs it on the inputs and writes the outputs (safetensors) into `out/`, the one folder it may write;
+2. the child, once its plan has run, builds each learner class with the probe's config and loads the weights
+   strictly, or looks up the learner's function; calls it on the inputs (tensors, numbers and configs from the
+   request; a dataclass of the learner's built with the judge's field values; a bigram model for generation) and
+   writes the output (a tensor, a number as a 0-d tensor, or a dict of tensors) as safetensors into `out/`, the
+   one folder it may write;
 3. `verdicts` (after the child has exited and the sandbox has reaped everything it started): reads those outputs
    as safetensors only (never pickle; not a symlink, nothing but a regular file of bounded size), checks dtype,
-   shape and finiteness, and compares them with the expected outputs at the tolerances of the harness's
-   `load_gpt2_test`. One verdict per graded test in `PROBES`, with a short reason.
+   shape and finiteness, and compares them with the expected outputs as the test's check would (`compare`: at
+   `load_gpt2_test`'s tolerances, exactly for tokens, after a softmax for temperature, -inf where a filter
+   removes a token, any fill <= -1e4 for the causal mask, key by key for a state dict). One verdict per graded
+   test in `PROBES` (a test may have several probes: all must pass), with a short reason.
 
 Nothing the learner's code does inside can change the inputs it is given before it runs, the expected outputs, or
 how they are compared; the most it can do is return wrong tensors, which fail.
@@ -23,6 +28,7 @@ how they are compared; the most it can do is return wrong tensors, which fail.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -44,77 +50,201 @@ SMALL = {
     "layer_norm_eps": 1e-5,
     "init_range": 0.02,
 }
-MAX_OUTPUT_BYTES = 16 << 20  # the outputs of every probe together are a few kB
+# Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
+SMALL_ENCDEC = {
+    "d_model": 24,
+    "n_heads": 4,
+    "d_head": 6,
+    "d_ff": 36,
+    "n_layers": 2,
+    "d_vocab": 17,
+    "n_ctx": 32,
+    "layer_norm_eps": 1e-5,
+    "pad_id": 0,
+    "bos_id": 1,
+    "eos_id": 2,
+}
+CONFIGS = {"gpt2": ("Config", SMALL), "encdec": ("EncoderDecoderConfig", SMALL_ENCDEC)}
+MAX_OUTPUT_BYTES = 16 << 20  # the outputs of every probe together are a few hundred kB at most
+LR_FIELDS = ("max_steps", "lr", "warmup_steps", "min_lr_ratio")
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One graded test's probe: `target` (a class taking a Config, or a function) run on `args`, each a shape of
-    dimension names ("batch", "pos" or a Config field) and a kind ("float" or "tokens")."""
+    """One of a graded test's probes: `target` (a class built from a config, or a function) run on `args`.
+
+    Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "tokens",
+    "softmax", "logits", "mask", "padding", "few_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
+    "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
+    of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
+    Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields) and "table_lm"
+    (a bigram language model, `probe_runner.table_lm`). `output` is "tensor", "scalar" (a number, sent back as a
+    0-d float64 tensor) or "dict" (of tensors); `compare` how an output is judged (`compare`)."""
 
     grade_id: str
     target: str
-    args: tuple[tuple[str, tuple[str, ...]], ...]
+    args: tuple[tuple[str, object], ...]
     module: bool = True
+    config: str = "gpt2"  # a module's config: "gpt2" (harness's Config) or "encdec" (EncoderDecoderConfig)
+    output: str = "tensor"
+    compare: str = "close"  # "close", "exact", "mask", "filter", "softmax" or "scalar"
+    atol: float | None = None  # the check's own absolute tolerance, where it is looser than the default
+    keywords: tuple[str, ...] = ()  # the names of the last arguments, passed by keyword
 
 
 BATCH_POS_MODEL = (("float", ("batch", "pos", "d_model")),)
 TOKENS = (("tokens", ("batch", "pos")),)
+LOGITS = ("logits", ("batch", "d_vocab"))
+ENC_X = ("float", ("batch", "src", "d_model"))
+DEC_Y = ("float", ("batch", "pos", "d_model"))
+
+
+def _fn(grade_id: str, target: str, *args, **kwargs) -> Probe:
+    return Probe(grade_id, target, tuple(args), module=False, **kwargs)
+
+
+def _lr(phase: str) -> Probe:
+    return _fn("test_lr_at", "lr_at", ("step", phase), ("dataclass", ("TrainingArgs", LR_FIELDS)), output="scalar")
+
+
 PROBES: dict[str, tuple[Probe, ...]] = {
     "01_layernorm": (Probe("test_layernorm", "LayerNorm", BATCH_POS_MODEL),),
-    "02_embeddings": (Probe("test_embed", "Embed", TOKENS), Probe("test_pos_embed", "PosEmbed", TOKENS)),
+    "02_embeddings": (
+        Probe("test_embed", "Embed", TOKENS),
+        Probe("test_pos_embed", "PosEmbed", TOKENS),
+        _fn(
+            "test_sinusoidal",
+            "sinusoidal_positional_encoding",
+            ("int", (1, 80)),
+            ("even", (2, 64)),
+            atol=1e-3,  # as sinusoidal_test
+        ),
+    ),
     "03_attention": (
-        Probe(
-            "test_attention_scores",
-            "attention_scores",
-            (("float", ("batch", "pos", "n_heads", "d_head")),) * 2,
-            module=False,
+        _fn(
+            "test_apply_causal_mask", "apply_causal_mask", ("float", ("batch", "n_heads", "pos", "pos")), compare="mask"
         ),
-        Probe(
-            "test_attention_pattern",
-            "attention_pattern",
-            (("float", ("batch", "n_heads", "pos", "pos")),),
-            module=False,
-        ),
-        Probe(
+        _fn("test_attention_scores", "attention_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
+        _fn("test_attention_pattern", "attention_pattern", ("float", ("batch", "n_heads", "pos", "pos"))),
+        _fn(
             "test_weighted_values",
             "weighted_values",
-            (("softmax", ("batch", "n_heads", "pos", "pos")), ("float", ("batch", "pos", "n_heads", "d_head"))),
-            module=False,
+            ("softmax", ("batch", "n_heads", "pos", "pos")),
+            ("float", ("batch", "pos", "n_heads", "d_head")),
         ),
-        Probe(
+        _fn(
             "test_project_heads",
             "project_heads",
-            (
-                ("float", ("batch", "pos", "n_heads", "d_head")),
-                ("float", ("n_heads", "d_head", "d_model")),
-                ("float", ("d_model",)),
-            ),
-            module=False,
+            ("float", ("batch", "pos", "n_heads", "d_head")),
+            ("float", ("n_heads", "d_head", "d_model")),
+            ("float", ("d_model",)),
         ),
         Probe("test_attention", "Attention", BATCH_POS_MODEL),
     ),
     "04_mlp_and_block": (
-        Probe("test_gelu_new", "gelu_new", BATCH_POS_MODEL, module=False),
+        _fn("test_gelu_new", "gelu_new", *BATCH_POS_MODEL),
         Probe("test_mlp", "MLP", BATCH_POS_MODEL),
         Probe("test_block", "TransformerBlock", BATCH_POS_MODEL),
     ),
     "05_full_gpt2": (
         Probe("test_unembed", "Unembed", BATCH_POS_MODEL),
         Probe("test_demo_transformer", "DemoTransformer", TOKENS),
-        Probe(
+        _fn(
+            "test_convert_hf_gpt2_state_dict",
+            "convert_hf_gpt2_state_dict",
+            ("hf_gpt2", None),
+            ("config", None),
+            output="dict",
+        ),
+        _fn(
             "test_cross_entropy_loss",
             "cross_entropy_loss",
-            (("float", ("batch", "pos", "d_vocab")), ("tokens", ("batch", "pos"))),
-            module=False,
+            ("float", ("batch", "pos", "d_vocab")),
+            ("tokens", ("batch", "pos")),
+        ),
+        _fn(
+            "test_greedy_generate",
+            "greedy_generate",
+            ("table_lm", None),
+            ("tokens", ("batch", "pos")),
+            ("int", (1, 8)),
+            compare="exact",
+        ),
+    ),
+    "06_training": (
+        *(_lr(phase) for phase in ("start", "warmup", "end_of_warmup", "decay", "end", "after")),
+        _fn(
+            "test_masked_lm_loss",
+            "masked_lm_loss",
+            ("float", ("batch", "pos", "d_vocab")),
+            ("tokens", ("batch", "pos")),
+            ("mask", ("batch", "pos")),
+            output="scalar",
+            atol=1e-4,  # as masked_loss_test
+        ),
+    ),
+    "07_sampling_and_kv_cache": (
+        _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.2, 3.0)), compare="softmax"),
+        _fn("test_top_k_filter", "top_k_filter", LOGITS, ("int", (1, 20)), compare="filter"),
+        _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.05, 0.95)), compare="filter"),
+        _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.2, 0.9)), ("int", (2, 6)), compare="filter"),
+        _fn(
+            "test_apply_frequency_penalty",
+            "apply_frequency_penalty",
+            LOGITS,
+            ("few_tokens", ("batch", "n_ctx")),
+            ("real", (0.1, 2.0)),
+        ),
+    ),
+    "09_encoder_decoder": (
+        Probe(
+            "test_multi_head_attention",
+            "MultiHeadAttention",
+            (DEC_Y, ENC_X, ("padding", ("batch", "src")), ("bool", False)),
+            config="encdec",
+        ),
+        Probe(
+            "test_multi_head_attention",
+            "MultiHeadAttention",
+            (DEC_Y, DEC_Y, ("padding", ("batch", "pos")), ("bool", True)),
+            config="encdec",
+        ),
+        Probe(
+            "test_shared_embedding", "SharedEmbedding", (("special_free_tokens", ("batch", "pos")),), config="encdec"
+        ),
+        Probe("test_feed_forward", "FeedForward", (DEC_Y,), config="encdec"),
+        Probe("test_encoder_layer", "EncoderLayer", (ENC_X, ("padding", ("batch", "src"))), config="encdec"),
+        Probe(
+            "test_decoder_layer",
+            "DecoderLayer",
+            (DEC_Y, ENC_X, ("padding", ("batch", "pos")), ("padding", ("batch", "src"))),
+            config="encdec",
+        ),
+        Probe(
+            "test_encoder_decoder",
+            "EncoderDecoder",
+            (("special_free_tokens", ("batch", "src")), ("special_free_tokens", ("batch", "pos"))),
+            config="encdec",
+        ),
+        _fn(
+            "test_seq2seq_loss",
+            "seq2seq_loss",
+            ("float", ("batch", "pos", "d_vocab")),
+            ("padded_tokens", ("batch", "pos")),
+            ("dim", "pad_id"),
+            ("real", (0.0, 0.3)),
+            config="encdec",
+            output="scalar",
+            atol=1e-5,  # as seq2seq_loss_test
+            keywords=("label_smoothing",),
         ),
     ),
 }
 
 
 def judged_tests() -> dict[str, list[str]]:
-    """notebook -> the grade_ids the judge gives a verdict on."""
-    return {notebook: [p.grade_id for p in probes] for notebook, probes in PROBES.items()}
+    """notebook -> the grade_ids the judge gives a verdict on (each once, in order)."""
+    return {notebook: list(dict.fromkeys(p.grade_id for p in probes)) for notebook, probes in PROBES.items()}
 
 
 @dataclass
@@ -125,7 +255,7 @@ class Prepared:
     notebook: str
     seed: int
     probes: dict[str, Probe]  # probe name ("p0", ...) -> probe
-    expected: dict = field(repr=False, default_factory=dict)  # probe name -> tensor
+    expected: dict = field(repr=False, default_factory=dict)  # probe name -> tensor, or dict of tensors
 
 
 def _random_parameters(module, gen) -> None:
@@ -146,11 +276,131 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
 
     if kind == "tokens":
         return torch.randint(0, cfg["d_vocab"], shape, generator=gen)
+    if kind == "few_tokens":  # a handful of ids over more positions: some repeat in every row
+        return torch.randint(0, 6, shape, generator=gen)
+    if kind == "special_free_tokens":  # no padding, BOS or EOS id
+        return torch.randint(3, cfg["d_vocab"], shape, generator=gen)
+    if kind == "padded_tokens":  # then padding at the end of some rows (never a whole row)
+        tokens = torch.randint(3, cfg["d_vocab"], shape, generator=gen)
+        padding = _random_input("padding", shape, cfg, gen)
+        padding[-1, -1] = True  # at least one padding token
+        return tokens.masked_fill(padding, cfg["pad_id"])
+    if kind == "mask":  # a target (the last position) in every row; the first position set in one row only, so
+        mask = torch.rand(shape, generator=gen) < 0.5  # that a mask used unshifted selects other predictions
+        mask[:, -1], mask[:, 0] = True, False
+        mask[0, 0] = True
+        return mask
+    if kind == "padding":  # True = padding, at the end of a row; the first position is never padding
+        lengths = torch.randint(1, shape[1] + 1, (shape[0],), generator=gen)
+        lengths[0] = shape[1]
+        return torch.arange(shape[1])[None, :] >= lengths[:, None]
     values = torch.randn(shape, generator=gen)
     if kind == "softmax":
         return values.softmax(dim=-1)
+    if kind == "logits":
+        return 3 * values
     # an offset and a spread per feature: a LayerNorm that does not centre or scale shows at once
     return values * (0.5 + 2 * torch.rand(shape[-1:], generator=gen)) + torch.randn(shape[-1:], generator=gen)
+
+
+def _randint(lo: int, hi: int, gen) -> int:
+    import torch
+
+    return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+
+def _step(phase: str, dims: dict, gen) -> int:
+    warmup, end = dims["warmup_steps"], dims["max_steps"]
+    return {
+        "start": 0,
+        "warmup": _randint(1, warmup - 1, gen),
+        "end_of_warmup": warmup,
+        "decay": _randint(warmup + 1, end - 1, gen),
+        "end": end,
+        "after": end + _randint(1, 100, gen),
+    }[phase]
+
+
+def _hf_gpt2_state_dict(cfg: dict, gen) -> dict:
+    """A random state dict of Hugging Face's `GPT2LMHeadModel` for `cfg` (lm_head tied to wte, as in GPT-2)."""
+    import torch
+
+    d, mlp, ctx, vocab = cfg["d_model"], cfg["d_mlp"], cfg["n_ctx"], cfg["d_vocab"]
+
+    def rand(*shape):
+        return torch.randn(shape, generator=gen) / (shape[0] ** 0.5 if len(shape) > 1 else 1.0)
+
+    state = {"transformer.wte.weight": rand(vocab, d), "transformer.wpe.weight": rand(ctx, d)}
+    for i in range(cfg["n_layers"]):
+        h = f"transformer.h.{i}."
+        state |= {
+            h + "ln_1.weight": 1 + 0.1 * rand(d),
+            h + "ln_1.bias": rand(d),
+            h + "attn.c_attn.weight": rand(d, 3 * d),
+            h + "attn.c_attn.bias": rand(3 * d),
+            h + "attn.c_proj.weight": rand(d, d),
+            h + "attn.c_proj.bias": rand(d),
+            h + "ln_2.weight": 1 + 0.1 * rand(d),
+            h + "ln_2.bias": rand(d),
+            h + "mlp.c_fc.weight": rand(d, mlp),
+            h + "mlp.c_fc.bias": rand(mlp),
+            h + "mlp.c_proj.weight": rand(mlp, d),
+            h + "mlp.c_proj.bias": rand(d),
+        }
+    state |= {"transformer.ln_f.weight": 1 + 0.1 * rand(d), "transformer.ln_f.bias": rand(d)}
+    state["lm_head.weight"] = state["transformer.wte.weight"].clone()
+    return state
+
+
+def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
+    """One argument: (its value for the course's code, its JSON entry for the child); tensors go into `tensors`."""
+    import torch
+
+    from harness.config import Config
+    from instructor.probe_runner import table_lm
+
+    if kind == "dim":
+        return dims[param], {"value": dims[param]}
+    if kind == "bool":
+        return bool(param), {"value": bool(param)}
+    if kind in ("int", "even"):
+        value = _randint(*param, gen)
+        value += value % 2 if kind == "even" else 0
+        return value, {"value": value}
+    if kind == "real":
+        lo, hi = param
+        value = round(lo + (hi - lo) * float(torch.rand((), generator=gen)), 4)
+        return value, {"value": value}
+    if kind == "step":
+        value = _step(param, dims, gen)
+        return value, {"value": value}
+    if kind == "config":
+        return Config(**SMALL), {"config": "Config", "fields": dict(SMALL)}
+    if kind == "dataclass":
+        name, names = param
+        fields = {f: dims[f] for f in names}
+        return getattr(course, name)(**fields), {"dataclass": name, "fields": fields}
+    if kind == "hf_gpt2":
+        state = _hf_gpt2_state_dict(SMALL, gen)
+        tensors.update({f"{key}.{k}": v for k, v in state.items()})
+        return state, {"tensors": f"{key}."}
+    if kind == "table_lm":
+        table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        tensors[key] = table
+        return table_lm(table.clone()), {"table_lm": key}
+    x = _random_input(kind, tuple(dims[d] for d in param), dims, gen)
+    tensors[key] = x
+    return x, {"tensor": key}
+
+
+def _copy(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
 
 
 def prepare(notebook: str, folder: Path) -> Prepared | None:
@@ -160,45 +410,67 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
     import torch
     from safetensors.torch import save_file
 
-    from harness.config import Config
+    import harness
     from harness.course import components
 
     torch.set_num_threads(1)  # tiny tensors: threads would only compete with the nbgrader workers
     course = components(notebook)
     seed = secrets.randbits(63)
     gen = torch.Generator().manual_seed(seed)
-    pos = 3 + secrets.randbelow(SMALL["n_ctx"] - 3)  # the sequence length changes too
-    dims = {"batch": 2, "pos": pos, **SMALL}
+    pos = 3 + secrets.randbelow(SMALL["n_ctx"] - 3)  # the sequence lengths change too
+    src = 2 + secrets.randbelow(10)
+    warmup = 2 + secrets.randbelow(60)
+    schedule = {
+        "warmup_steps": warmup,
+        "max_steps": warmup + 2 + secrets.randbelow(400),
+        "lr": round(10 ** (-4 + 2 * secrets.randbelow(1000) / 1000), 8),
+        "min_lr_ratio": secrets.randbelow(50) / 100,
+    }
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o711)  # the child's uid may go through it to its out/, not list or read it
     prepared = Prepared(folder, notebook, seed, {})
     tensors, entries = {}, []
     for i, probe in enumerate(PROBES[notebook]):
         name = f"p{i}"
-        inputs = [_random_input(kind, tuple(dims[d] for d in shape), SMALL, gen) for kind, shape in probe.args]
+        class_name, cfg = CONFIGS[probe.config]
+        dims = {"batch": 2, "pos": pos, "src": src, **cfg, **schedule}
+        drawn = [
+            _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
+            for j, (kind, param) in enumerate(probe.args)
+        ]
         entry = {
             "name": name,
             "grade_id": probe.grade_id,
             "target": probe.target,
             "kind": "module" if probe.module else "function",
-            "inputs": [],
+            "output": probe.output,
+            "args": [json_entry for _, json_entry in drawn],
+            "keywords": list(probe.keywords),
         }
+        values = [_copy(value) for value, _ in drawn]
+        n_positional = len(values) - len(probe.keywords)
+        keywords = dict(zip(probe.keywords, values[n_positional:], strict=True))
+        values = values[:n_positional]
         with torch.no_grad():
             if probe.module:
-                reference = getattr(course, probe.target)(Config(**SMALL))
+                reference = getattr(course, probe.target)(getattr(harness, class_name)(**cfg))
                 _random_parameters(reference, gen)
+                reference.eval()
                 for key, value in reference.state_dict().items():
                     tensors[f"{name}.w.{key}"] = value.detach().clone().contiguous()
-                entry.update(config=dict(SMALL), weight_prefix=f"{name}.w.")
-                expected = reference(*inputs)
+                entry.update(config=dict(cfg), config_class=class_name, weight_prefix=f"{name}.w.")
+                expected = reference(*values, **keywords)
             else:
-                expected = getattr(course, probe.target)(*[x.clone() for x in inputs])
-        for j, x in enumerate(inputs):
-            tensors[f"{name}.in{j}"] = x
-            entry["inputs"].append(f"{name}.in{j}")
+                expected = getattr(course, probe.target)(*values, **keywords)
         prepared.probes[name] = probe
-        prepared.expected[name] = expected.detach().clone()
+        if probe.output == "dict":
+            prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
+        elif probe.output == "scalar":
+            prepared.expected[name] = float(expected)
+        else:
+            prepared.expected[name] = expected.detach().clone()
         entries.append(entry)
+    tensors = {k: v.contiguous() for k, v in tensors.items()}
     save_file(tensors, str(folder / "probes.safetensors"))
     (folder / REQUEST).write_text(json.dumps({"files": ["probes.safetensors"], "probes": entries}, indent=1))
     for path in folder.iterdir():
@@ -250,25 +522,86 @@ def _load_outputs(out: Path) -> tuple[dict, dict, str | None]:
         return {}, errors, f"the outputs are not a safetensors file ({type(err).__name__}), refused unread"
 
 
-def compare(probe: Probe, got, expected) -> str | None:
-    """Why `got` is not the course's output (None when it is)."""
+def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | None:
     import torch
 
     from harness._assertions import mismatch_summary
 
     if not isinstance(got, torch.Tensor):
         return "no tensor returned"
-    if got.dtype != expected.dtype:
-        return f"output has dtype {got.dtype}, expected {expected.dtype}"
+    if probe.compare not in ("mask", "filter") and got.dtype != expected.dtype:
+        return f"{what} has dtype {got.dtype}, expected {expected.dtype}"
     if tuple(got.shape) != tuple(expected.shape):
-        return f"output has shape {list(got.shape)}, expected {list(expected.shape)}"
+        return f"{what} has shape {list(got.shape)}, expected {list(expected.shape)}"
+    differs = f"{what} differs from the course's {probe.target} on fresh inputs"
+    if probe.compare == "exact":
+        if not torch.equal(got, expected):
+            return f"{differs}: {int((got != expected).sum())} of {got.numel()} entries"
+        return None
+    if got.is_floating_point() and got.isnan().any():
+        return f"{what} has {int(got.isnan().sum())} NaN values"
+    if probe.compare == "mask":  # unmasked entries exactly; masked ones -inf or <= -1e4 (the same after softmax)
+        masked = expected <= -1e4
+        if not torch.equal(got[~masked].to(expected.dtype), expected[~masked]):
+            return f"{differs}: entries that must pass through unchanged were changed"
+        if not (got[masked] <= -1e4).all():
+            return f"{differs}: {int((got[masked] > -1e4).sum())} entries that must be masked are not"
+        return None
+    if probe.compare == "filter":  # -inf exactly where the course's filter removes a token, the rest unchanged
+        removed = torch.isneginf(expected)
+        if not torch.equal(torch.isneginf(got), removed):
+            return f"{differs}: removes {int(torch.isneginf(got).sum())} tokens where {int(removed.sum())} are due"
+        if not torch.allclose(got[~removed].to(expected.dtype), expected[~removed], atol=1e-5, rtol=1e-5):
+            return f"{differs}: the kept logits were changed"
+        return None
     if got.is_floating_point() and not torch.isfinite(got).all():
-        return f"output has {int(got.isnan().sum())} NaN and {int(got.isinf().sum())} infinite values"
+        return f"{what} has {int(got.isinf().sum())} infinite values"
+    if probe.compare == "softmax":  # the same distribution after a softmax
+        if not torch.allclose(got.softmax(-1), expected.softmax(-1), atol=1e-5):
+            return f"{differs}: the probabilities after a softmax differ"
+        return None
     atol = 1e-4 * max(1.0, expected.abs().float().mean().item())  # as the harness's load_gpt2_test
-    summary = mismatch_summary(got, expected, atol, 1e-4)
+    summary = mismatch_summary(got, expected, max(atol, probe.atol or 0.0), 1e-4)
     if summary is not None:
-        return f"output differs from the course's {probe.target} on fresh inputs: {summary}"
+        return f"{differs}: {summary}"
     return None
+
+
+def compare(probe: Probe, got, expected) -> str | None:
+    """Why `got` is not the course's output (None when it is)."""
+    import torch
+
+    if probe.output == "scalar":
+        if not isinstance(got, torch.Tensor) or got.shape != () or got.dtype != torch.float64:
+            return "no number returned"
+        value = float(got)
+        if not math.isfinite(value):
+            return f"returned {value}"
+        if not math.isclose(value, expected, rel_tol=1e-5, abs_tol=probe.atol or 1e-9):
+            return f"returned {value:.8g}, the course's {probe.target} {expected:.8g} on fresh inputs"
+        return None
+    if probe.output == "dict":
+        missing, unexpected = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+        if missing or unexpected:
+            parts = [f"missing keys {missing[:5]}"] * bool(missing) + [f"unexpected keys {unexpected[:5]}"] * bool(
+                unexpected
+            )
+            return f"the returned dict does not have the course's keys: {'; '.join(parts)}"
+        for key in expected:
+            why = _compare_tensor(probe, got[key], expected[key], what=f"[{key!r}]")
+            if why is not None:
+                return why
+        return None
+    return _compare_tensor(probe, got, expected)
+
+
+def _collect(probe: Probe, name: str, outputs: dict):
+    """The probe's output among the child's tensors (None if it wrote none)."""
+    if probe.output != "dict":
+        return outputs.get(name)
+    prefix = f"{name}.out."
+    got = {key[len(prefix) :]: value for key, value in outputs.items() if key.startswith(prefix)}
+    return got if got or name in outputs else None  # `name` alone: an empty dict
 
 
 def verdicts(prepared: Prepared) -> dict[str, dict]:
@@ -280,10 +613,11 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
         shutil.rmtree(prepared.folder, ignore_errors=True)
     result: dict[str, dict] = {}
     for name, probe in prepared.probes.items():
+        got = None if problem else _collect(probe, name, outputs)
         if problem:
             why = problem
-        elif name in outputs:
-            why = compare(probe, outputs[name], prepared.expected[name])
+        elif got is not None:
+            why = compare(probe, got, prepared.expected[name])
         elif name in errors:
             why = errors[name]
         else:

@@ -1,7 +1,8 @@
 """Inside the sandbox: run the judge's probes on the learner's definitions and write back plain tensors.
 
 The judge (`instructor.judge`, outside the sandbox) writes a probe request into a folder of its own: `request.json`
-(for each probe: the name to look up in the learner's namespace, a `Config`, the input and weight keys) and
+(for each probe: the name to look up in the learner's namespace, its arguments: tensor keys, numbers, a
+`Config`, a dataclass of the learner's to build; a module's config and weight keys; the kind of output) and
 safetensors files with the inputs and weights. The re-check child reads them while it is still root, before any
 learner code runs (`load_request`), and once its plan has run, builds each learner class, loads the weights,
 runs it on the inputs and writes the outputs (`run_probes`) to `out/outputs.safetensors`, and every failure to
@@ -53,19 +54,131 @@ def prepare_output(folder: str, uid: int | None) -> None:
         os.chown(path, uid, uid)
 
 
-def _run_one(probe: dict, namespace: dict, tensors: dict):
+MAX_PROBE_BYTES = 4 << 20  # one probe's outputs; the course's are a few hundred kB at most
+MAX_DICT_ENTRIES = 1000
+
+
+def table_lm(table):
+    """A bigram language model for the probes of generation functions: the logits after a token are its row of
+    `table` ([d_vocab, d_vocab]), so `model(tokens)` is `table[tokens]` ([batch pos d_vocab]). Deterministic, and the
+    same in the judge's process and in the child's."""
     import torch
 
     from harness.config import Config
 
+    class TableLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            vocab = table.shape[0]
+            self.cfg = Config(d_model=8, n_heads=2, d_head=4, d_mlp=16, n_layers=1, n_ctx=1024, d_vocab=vocab)
+            self.table = torch.nn.Parameter(table, requires_grad=False)
+
+        def forward(self, tokens):
+            if tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 2:
+                raise TypeError(f"the model takes int64 tokens [batch pos], got {tokens.dtype} {list(tokens.shape)}")
+            return self.table[tokens]
+
+    return TableLM().eval()
+
+
+def _argument(spec: dict, namespace: dict, tensors: dict):
+    """One argument of a probe, from its JSON entry (the judge's `_draw`)."""
+    if "tensor" in spec:
+        return tensors[spec["tensor"]].clone()  # a fresh copy: the call may write into its input
+    if "value" in spec:
+        value = spec["value"]
+        if not isinstance(value, (bool, int, float)):
+            raise ProbeError(f"the judge sent an argument of type {type(value).__name__}")
+        return value
+    if "tensors" in spec:
+        prefix = spec["tensors"]
+        return {key[len(prefix) :]: t.clone() for key, t in tensors.items() if key.startswith(prefix)}
+    if "table_lm" in spec:
+        return table_lm(tensors[spec["table_lm"]].clone())
+    if "config" in spec:
+        import harness
+
+        return getattr(harness, spec["config"])(**spec["fields"])
+    if "dataclass" in spec:
+        cls = namespace.get(spec["dataclass"])
+        if not isinstance(cls, type):
+            raise ProbeError(f"{spec['dataclass']} is not a class defined in the notebook")
+        try:
+            return cls(**spec["fields"])
+        except Exception as err:  # noqa: BLE001 - a dataclass without the fields the check uses
+            fields = ", ".join(f"{k}=..." for k in spec["fields"])
+            raise ProbeError(f"{spec['dataclass']}({fields}) raised {type(err).__name__}: {err}") from None
+    raise ProbeError(f"the judge sent an argument it cannot describe: {sorted(spec)}")
+
+
+def _plain(t, what: str):
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ProbeError(f"{what} is a {type(t).__name__}, not a tensor")
+    # a plain, contiguous CPU tensor of its own: what safetensors can write, and nothing of a subclass's
+    return t.detach().cpu().as_subclass(torch.Tensor).clone().contiguous()
+
+
+def _outputs(probe: dict, out) -> dict:
+    """The probe's output as named plain tensors: `name`, or `name.out.<key>` for each entry of a dict."""
+    import math
+    from collections.abc import Mapping
+
+    import torch
+
+    name, target = probe["name"], probe["target"]
+    kind = probe.get("output", "tensor")
+    if kind == "dict":
+        if not isinstance(out, Mapping):
+            raise ProbeError(f"{target} returned {type(out).__name__}, not a dict")
+        if not out:
+            raise ProbeError(f"{target} returned an empty dict")
+        if len(out) > MAX_DICT_ENTRIES:
+            raise ProbeError(f"{target} returned a dict of {len(out)} entries")
+        result = {}
+        for key, value in out.items():
+            if not isinstance(key, str):
+                raise ProbeError(f"{target} returned a dict with a key of type {type(key).__name__}")
+            result[f"{name}.out.{key}"] = _plain(value, f"{target}(...)[{key[:80]!r}]")
+    elif kind == "scalar":
+        if isinstance(out, torch.Tensor) and out.numel() == 1 and out.dtype != torch.bool:
+            value = float(out.detach().cpu().reshape(()).double().item())
+        elif isinstance(out, (int, float)) and not isinstance(out, bool):
+            value = float(out)
+        else:
+            raise ProbeError(f"{target} returned {type(out).__name__}, not a number")
+        if not math.isfinite(value):
+            raise ProbeError(f"{target} returned {value}")
+        result = {name: torch.tensor(value, dtype=torch.float64)}
+    else:
+        if isinstance(out, tuple) and out:  # as the harness's checks take it
+            out = out[0]
+        if not isinstance(out, torch.Tensor):
+            raise ProbeError(f"{target} returned {type(out).__name__}, not a tensor")
+        result = {name: _plain(out, f"{target}'s output")}
+    size = sum(t.numel() * t.element_size() for t in result.values())
+    if size > MAX_PROBE_BYTES:
+        raise ProbeError(f"{target} returned {size} bytes of tensors, more than {MAX_PROBE_BYTES}")
+    return result
+
+
+def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
+    import torch
+
     target = namespace.get(probe["target"])
     if target is None:
         raise ProbeError(f"{probe['target']} is not defined in the notebook")
-    inputs = [tensors[key].clone() for key in probe["inputs"]]  # a fresh copy: forward may write into its input
+    args = [_argument(spec, namespace, tensors) for spec in probe["args"]]
+    names = list(probe.get("keywords", []))
+    keywords = dict(zip(names, args[len(args) - len(names) :], strict=True))
+    args = args[: len(args) - len(names)]
     if probe["kind"] == "module":
         if not (isinstance(target, type) and issubclass(target, torch.nn.Module)):
             raise ProbeError(f"{probe['target']} is not an nn.Module class")
-        module = target(Config(**probe["config"]))
+        import harness
+
+        module = target(getattr(harness, probe.get("config_class", "Config"))(**probe["config"]))
         prefix = probe["weight_prefix"]
         weights = {key[len(prefix) :]: tensors[key].clone() for key in tensors if key.startswith(prefix)}
         # Strict on parameters: the same names and shapes as the course's. A buffer of the learner's own (a
@@ -91,13 +204,8 @@ def _run_one(probe: dict, namespace: dict, tensors: dict):
             raise ProbeError(f"{probe['target']} is not a function")
         call = target
     with torch.no_grad():
-        out = call(*inputs)
-    if isinstance(out, tuple) and out:  # as the harness's checks take it
-        out = out[0]
-    if not isinstance(out, torch.Tensor):
-        raise ProbeError(f"{probe['target']} returned {type(out).__name__}, not a tensor")
-    # a plain, contiguous CPU tensor of its own: what safetensors can write, and nothing of a subclass's
-    return out.detach().cpu().as_subclass(torch.Tensor).clone().contiguous()
+        out = call(*args, **keywords)
+    return _outputs(probe, out)
 
 
 def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) -> None:
@@ -118,7 +226,7 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) 
             limit = max(0.5, min(timeout, left))
             signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
             try:
-                outputs[probe["name"]] = _run_one(probe, namespace, request["tensors"])
+                outputs.update(_run_one(probe, namespace, request["tensors"]))
             except ProbeTimeout:
                 errors[probe["name"]] = f"ran past its {limit:.0f} s limit"
             except ProbeError as err:

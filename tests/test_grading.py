@@ -560,7 +560,7 @@ def test_solutions_get_full_marks(graded):
     rows = check_expected(graded, "solved")
     assert all(r["recheck"] == "passed" for r in rows), rows
     judged = {r["grade_id"] for r in rows if r["judge"] == "passed"}
-    assert judged == {"test_layernorm", "test_embed", "test_pos_embed"}, rows  # and the others are not judged
+    assert judged == {"test_layernorm", "test_embed", "test_pos_embed", "test_sinusoidal"}, rows  # and the others are not judged
     assert all(r["judge"] in ("passed", "") for r in rows), rows
     assert {r["flags"] for r in rows} <= {"", "notes.txt ignored (not one of the course's notebooks)"}, rows
     feedback = (graded["out"] / "feedback" / "solved" / f"{LN}.html").read_text()

@@ -7,13 +7,15 @@ a namespace standing in for the learner's notebook; the judge then reads its fil
 from __future__ import annotations
 
 import pickle
+import sys
 import time
+import types
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.course import components
+from harness.course import component_source, components, notebook_names
 from instructor import judge, probe_runner
 
 LN = "01_layernorm"
@@ -182,5 +184,354 @@ def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
 
 
 def test_notebooks_without_probes_are_not_judged(tmp_path):
-    assert judge.prepare("06_training", tmp_path / "job") is None
+    assert judge.prepare("08_interpretability", tmp_path / "job") is None
     assert not (tmp_path / "job").exists()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Function probes and the notebooks after 05: the course's code with one realistic mistake fails, with its cause.
+
+
+def course_with(notebook: str, old: str, new: str) -> dict:
+    """The course's definitions up to `notebook`, with `old` replaced by `new` in that notebook's code."""
+    names = notebook_names()
+    module = types.ModuleType(f"judge_test_{notebook}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    for name in names[: names.index(notebook) + 1]:
+        source = component_source(name)
+        if name == notebook:
+            assert source.count(old) == 1, old
+            source = source.replace(old, new)
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - the course's code, altered
+    return dict(vars(module))
+
+
+def verdict_of(notebook: str, grade_id: str, namespace: dict, folder) -> dict:
+    return judge.verdicts(run(notebook, namespace, folder))[grade_id]
+
+
+MISTAKES = [
+    (
+        "02_embeddings",
+        "test_sinusoidal",
+        "torch.stack([angles.sin(), angles.cos()])",
+        "torch.stack([angles.cos(), angles.sin()])",
+        "differs from the course's sinusoidal_positional_encoding",
+    ),
+    (
+        "03_attention",
+        "test_apply_causal_mask",
+        "device=attn_scores.device), diagonal=1)",
+        "device=attn_scores.device), diagonal=0)",
+        "entries that must pass through unchanged were changed",
+    ),
+    (
+        "03_attention",
+        "test_apply_causal_mask",
+        "return attn_scores.masked_fill(future, ignore)",
+        "return attn_scores.masked_fill(future, 0.0)",
+        "entries that must be masked are not",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        '"unembed.W_U": hf["lm_head.weight"].T,',
+        '"unembed.W_U": hf["lm_head.weight"],',
+        "['unembed.W_U'] has shape [101, 40], expected [40, 101]",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        'hf[h + "attn.c_proj.weight"], "(n h) m -> n h m"',
+        'hf[h + "attn.c_proj.weight"], "(h n) m -> n h m"',
+        "['blocks.0.attn.W_O'] differs from the course's convert_hf_gpt2_state_dict",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        '"ln_final.w": hf["transformer.ln_f.weight"],',
+        '"ln_final.weight": hf["transformer.ln_f.weight"],',
+        "missing keys ['ln_final.w']; unexpected keys ['ln_final.weight']",
+    ),
+    (
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "next_token = logits[:, -1].argmax(dim=-1, keepdim=True)",
+        "next_token = logits[:, 0].argmax(dim=-1, keepdim=True)",
+        "differs from the course's greedy_generate",
+    ),
+    (
+        "06_training",
+        "test_lr_at",
+        "return args.lr * (step + 1) / args.warmup_steps",
+        "return args.lr * step / args.warmup_steps",
+        "the course's lr_at",
+    ),
+    (
+        "06_training",
+        "test_masked_lm_loss",
+        "target_mask = loss_mask[:, 1:]",
+        "target_mask = loss_mask[:, :-1]",
+        "the course's masked_lm_loss",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_apply_temperature",
+        "return logits / temperature",
+        "return logits * temperature",
+        "the probabilities after a softmax differ",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        'return logits.masked_fill(logits < threshold, float("-inf"))',
+        'return logits.masked_fill(logits <= threshold, float("-inf"))',
+        "differs from the course's top_k_filter on fresh inputs: removes",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_top_p_filter",
+        "remove = remove_sorted.scatter(-1, order, remove_sorted)",
+        "remove = remove_sorted",
+        "differs from the course's top_p_filter",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_apply_frequency_penalty",
+        "return logits - penalty * counts",
+        "return logits - penalty * (counts > 0)",
+        "differs from the course's apply_frequency_penalty",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_multi_head_attention",
+        "if causal:",
+        "if False:",
+        "differs from the course's MultiHeadAttention",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_shared_embedding",
+        "return self.W_E[tokens] * math.sqrt(self.cfg.d_model) + self.pe[:pos]",
+        "return self.W_E[tokens] + self.pe[:pos]",
+        "differs from the course's SharedEmbedding",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_feed_forward",
+        "hidden = torch.relu(x @ self.W_in + self.b_in)",
+        "hidden = torch.nn.functional.gelu(x @ self.W_in + self.b_in)",
+        "differs from the course's FeedForward",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_encoder_layer",
+        "x = self.ln1(x + self.self_attn(x, x, src_padding))",
+        "x = x + self.self_attn(self.ln1(x), self.ln1(x), src_padding)",
+        "differs from the course's EncoderLayer",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_decoder_layer",
+        "y = self.ln1(y + self.self_attn(y, y, tgt_padding, causal=True))",
+        "y = self.ln1(y + self.self_attn(y, y, tgt_padding, causal=False))",
+        "differs from the course's DecoderLayer",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_seq2seq_loss",
+        "        ignore_index=pad_id,\n",
+        "",
+        "the course's seq2seq_loss",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "return self.decode(tgt_in, self.encode(src), src)",
+        "return self.decode(tgt_in, self.embed(src), src)",
+        "differs from the course's EncoderDecoder",
+    ),
+]
+
+
+@pytest.mark.parametrize(("notebook", "grade_id", "old", "new", "cause"), MISTAKES, ids=[m[1] for m in MISTAKES])
+def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, cause, tmp_path):
+    verdict = verdict_of(notebook, grade_id, course_with(notebook, old, new), tmp_path)
+    assert not verdict["passed"]
+    assert cause in verdict["message"], verdict
+
+
+def test_every_newly_judged_test_has_a_mistake_case():
+    judged = {g for gs in judge.judged_tests().values() for g in gs}
+    assert {m[1] for m in MISTAKES} >= judged - {
+        "test_layernorm",
+        "test_embed",
+        "test_pos_embed",
+        "test_attention_scores",
+        "test_attention_pattern",
+        "test_weighted_values",
+        "test_project_heads",
+        "test_attention",
+        "test_gelu_new",
+        "test_mlp",
+        "test_block",
+        "test_unembed",
+        "test_demo_transformer",
+        "test_cross_entropy_loss",
+    }
+
+
+@pytest.mark.parametrize("fill", ['float("-inf")', "-1e9", "-1e4"])
+def test_a_causal_mask_with_another_large_negative_fill_passes(fill, tmp_path):
+    namespace = course_with("03_attention", "masked_fill(future, ignore)", f"masked_fill(future, {fill})")
+    assert verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path)["passed"]
+
+
+def test_a_loss_or_rate_returned_as_a_tensor_or_an_int_passes(tmp_path):
+    namespace = course_with(
+        "06_training", "return -correct[target_mask].mean()", "return -correct[target_mask].mean()[None]"
+    )
+    assert verdict_of("06_training", "test_masked_lm_loss", namespace, tmp_path / "a")["passed"]
+    namespace = course_with(
+        "06_training",
+        "return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * cosine)",
+        "return torch.tensor(args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * cosine), dtype=torch.float64)",
+    )
+    assert verdict_of("06_training", "test_lr_at", namespace, tmp_path / "b")["passed"]
+
+
+ARGS = "from dataclasses import dataclass\n\n@dataclass\nclass TrainingArgs:\n    max_steps: int = 1\n    lr: float = 1.0\n    warmup_steps: int = 1\n    min_lr_ratio: float = 0.1\n\n"
+FUNCTION_CASES = [
+    (
+        "02_embeddings",
+        "test_sinusoidal",
+        "def sinusoidal_positional_encoding(n_ctx, d_model):\n    return [[0.0]]\n",
+        "sinusoidal_positional_encoding returned list, not a tensor",
+    ),
+    (
+        "06_training",
+        "test_lr_at",
+        ARGS + "def lr_at(step, args):\n    return '0.1'\n",
+        "lr_at returned str, not a number",
+    ),
+    (
+        "06_training",
+        "test_lr_at",
+        ARGS + "def lr_at(step, args):\n    return torch.ones(2)\n",
+        "lr_at returned Tensor, not a number",
+    ),
+    (
+        "06_training",
+        "test_lr_at",
+        ARGS + "def lr_at(step, args):\n    return True\n",
+        "lr_at returned bool, not a number",
+    ),
+    (
+        "06_training",
+        "test_masked_lm_loss",
+        "def masked_lm_loss(logits, tokens, mask):\n    return logits.sum() * torch.nan\n",
+        "masked_lm_loss returned nan",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_apply_temperature",
+        "def apply_temperature(logits, t):\n    return logits * torch.nan\n",
+        "NaN values",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        "def top_k_filter(logits, k):\n    return logits.clamp(max=0) / 0\n",
+        "NaN values",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        "def convert_hf_gpt2_state_dict(sd, cfg):\n    return list(sd.values())\n",
+        "convert_hf_gpt2_state_dict returned list, not a dict",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        "def convert_hf_gpt2_state_dict(sd, cfg):\n    return {}\n",
+        "returned an empty dict",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        "def convert_hf_gpt2_state_dict(sd, cfg):\n    return {'embed.W_E': [1.0]}\n",
+        "['embed.W_E'] is a list, not a tensor",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        "def convert_hf_gpt2_state_dict(sd, cfg):\n    return {1: torch.zeros(1)}\n",
+        "a key of type int",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        "def convert_hf_gpt2_state_dict(sd, cfg):\n    return {'embed.W_E': torch.zeros(2_000_000)}\n",
+        "more than",
+    ),
+    (
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        "def convert_hf_gpt2_state_dict(sd, cfg):\n    return {k: sd[k] * torch.nan for k in sd}\n",
+        "missing keys",
+    ),
+    (
+        "06_training",
+        "test_lr_at",
+        "def lr_at(step, args):\n    return 0.1\n",
+        "TrainingArgs is not a class defined in the notebook",
+    ),
+    (
+        "06_training",
+        "test_lr_at",
+        "class TrainingArgs:\n    pass\n\ndef lr_at(step, args):\n    return 0.1\n",
+        "TrainingArgs(max_steps=..., lr=..., warmup_steps=..., min_lr_ratio=...) raised TypeError",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("notebook", "grade_id", "code", "cause"), FUNCTION_CASES, ids=[c[3][:40] for c in FUNCTION_CASES]
+)
+def test_what_a_function_probe_refuses(notebook, grade_id, code, cause, tmp_path):
+    verdict = verdict_of(notebook, grade_id, learner(code), tmp_path)
+    assert not verdict["passed"]
+    assert cause in verdict["message"], verdict
+
+
+def test_a_converted_dict_with_nan_fails(tmp_path):
+    namespace = course_with(
+        "05_full_gpt2",
+        '"ln_final.b": hf["transformer.ln_f.bias"],',
+        '"ln_final.b": hf["transformer.ln_f.bias"] * torch.nan,',
+    )
+    verdict = verdict_of("05_full_gpt2", "test_convert_hf_gpt2_state_dict", namespace, tmp_path)
+    assert not verdict["passed"] and "['ln_final.b'] has" in verdict["message"] and "NaN" in verdict["message"], verdict
+
+
+def test_scalars_and_dicts_go_as_json_and_tensors_only(tmp_path):
+    prepared = judge.prepare("06_training", tmp_path / "job")
+    request = probe_runner.load_request(str(prepared.folder))
+    lr = [p for p in request["probes"] if p["target"] == "lr_at"]
+    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 6
+    fields = lr[0]["args"][1]
+    assert fields["dataclass"] == "TrainingArgs" and set(fields["fields"]) == set(judge.LR_FIELDS)
+    # the expected loss is nowhere in the request (the rates are made of its numbers: lr itself at the warm-up's end)
+    text = (prepared.folder / probe_runner.REQUEST).read_text()
+    loss = [name for name, probe in prepared.probes.items() if probe.target == "masked_lm_loss"]
+    assert len(loss) == 1 and f"{prepared.expected[loss[0]]:.6g}"[:6] not in text
+    assert all(not key.startswith(loss[0] + ".out") for key in request["tensors"])
+
+
+def test_arguments_the_check_passes_by_keyword_go_by_keyword(tmp_path):
+    old = "pad_id: int, label_smoothing: float = 0.0"
+    namespace = course_with("09_encoder_decoder", old, "pad_id: int, *, label_smoothing: float = 0.0")
+    assert verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "a")["passed"]
+    namespace = course_with("09_encoder_decoder", old, "pad_id: int, smoothing: float = 0.0")
+    verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "b")
+    assert not verdict["passed"] and "unexpected keyword argument 'label_smoothing'" in verdict["message"], verdict
