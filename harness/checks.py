@@ -10,6 +10,7 @@ mistakes are recomputed from the same weights to name the one the learner most l
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 import torch
@@ -202,35 +203,41 @@ def _randomize(module, cfg: Config, seed: int) -> None:
 
 class _PooledNormal:
     """Normal draws for weights of any size. Drawing GPT-2 small's 163 million weights one by one takes about a
-    second on a laptop core, most of a full-model check; so a weight of a quarter of a million numbers or more is
-    filled with scaled runs of 65,536 consecutive values, each starting at a random place in one pool of about a
-    million standard normal draws. Runs start at independent offsets, so no two weights, rows or heads repeat one
-    another (a pool size prime to every width keeps even a shared run from lining up with the rows). Smaller
-    weights, and every probe on a small config, get plain independent draws."""
+    second here, most of a full-model check; so a weight of a quarter of a million numbers or more is filled with
+    runs of 65,536 values, each the scaled sum of two runs read from two pools of about a million standard normal
+    draws, each at its own random offset. One pool alone would repeat: with 50,257 embedding rows read from a million
+    numbers, hundreds of rows would start at the same place and be equal. With two, a repeat needs both offsets to
+    coincide (tests/test_checks.py asserts no row repeats). Smaller weights, and every probe on a small config, get
+    independent draws."""
 
-    POOL = 1_000_003
+    POOLS = (1_000_003, 999_983)
     RUN = 1 << 16
     LARGE = 1 << 18
 
     def __init__(self, gen: torch.Generator):
         self.gen = gen
-        self.pool: Tensor | None = None
+        self.pools: list[Tensor] = []
 
     def fill(self, p: Tensor, mean: float, std: float) -> None:
         if p.numel() < self.LARGE or not p.is_contiguous() or p.dtype != torch.float32:
             p.normal_(mean, std, generator=self.gen)
             return
-        if self.pool is None:
-            self.pool = torch.randn(self.POOL, generator=self.gen)
+        if not self.pools:
+            self.pools = [torch.randn(size, generator=self.gen) for size in self.POOLS]
         flat = p.view(-1)
         n = flat.numel()
-        starts = torch.randint(0, self.POOL - self.RUN, ((n + self.RUN - 1) // self.RUN,), generator=self.gen)
-        for i, start in enumerate(starts.tolist()):
+        n_runs = (n + self.RUN - 1) // self.RUN
+        starts = [torch.randint(0, len(pool) - self.RUN, (n_runs,), generator=self.gen).tolist() for pool in self.pools]
+        (a, b), (starts_a, starts_b) = self.pools, starts
+        scale = std / math.sqrt(2)  # the sum of two standard normals has variance 2
+        for i in range(n_runs):
             lo = i * self.RUN
             width = min(self.RUN, n - lo)
-            torch.mul(self.pool[start : start + width], std, out=flat[lo : lo + width])
-        if mean:
-            flat.add_(mean)
+            out = flat[lo : lo + width]
+            torch.add(a[starts_a[i] : starts_a[i] + width], b[starts_b[i] : starts_b[i] + width], out=out)
+            out.mul_(scale)  # while the run is still in cache
+            if mean:
+                out.add_(mean)
 
 
 def _load_into(target, weights: dict[str, Tensor], share: bool = False) -> None:

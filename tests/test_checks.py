@@ -727,3 +727,33 @@ def test_load_gpt2_leads_with_the_cause(reference, cache):
     lnu = _named_like(course.LayerNorm, lambda s, x: _layer_norm_forward(s, x, affine="w"))
     given, x = _load_cases(reference, cache)["LayerNorm"]
     fails(load_gpt2_test, lnu, given, x, match=r"^LayerNorm: It matches LayerNorm without the learned shift")
+
+
+# ---------------------------------------------------------------------------------------------------- random weights
+def test_pooled_fill_has_the_asked_scale_and_no_repeats():
+    from harness.checks import _PooledNormal
+
+    def filled(seed):
+        pooled = _PooledNormal(torch.Generator().manual_seed(seed))
+        a, b = torch.empty(4000, 768), torch.empty(4000, 768)  # 3 million numbers each: the pooled path
+        pooled.fill(a, 0.0, 0.5)
+        pooled.fill(b, 1.0, 2.0)
+        return a, b
+
+    a, b = filled(0)
+    assert abs(a.mean()) < 0.01 and abs(a.std() - 0.5) < 0.01
+    assert abs(b.mean() - 1.0) < 0.02 and abs(b.std() - 2.0) < 0.02
+    assert torch.equal(filled(0)[0], a) and not torch.equal(filled(1)[0], a)  # the seed decides, and only it
+    assert len(torch.unique(a, dim=0)) == len(a)  # no row repeats another
+    assert not torch.allclose((b - 1.0) / 2.0, a / 0.5)  # two weights are not one draw rescaled
+    small = torch.empty(100, 100)
+    _PooledNormal(torch.Generator().manual_seed(0)).fill(small, 0.0, 1.0)
+    assert torch.equal(small, torch.empty(100, 100).normal_(0.0, 1.0, generator=torch.Generator().manual_seed(0)))
+
+
+@pytest.mark.parametrize(
+    "cls, match", [(ModelNoFinalLN, "without the final LayerNorm"), (ModelNoPos, "without positional")]
+)
+def test_model_wrong_at_gpt2_size(cls, match):
+    """At GPT-2 small's size every large weight comes from the pooled fill: the mistakes are still named."""
+    fails(rand_int_test, cls, [2, 4], match=match)
