@@ -765,3 +765,12 @@ def test_static_scan_accepts_every_solution(name):
     plan = build_plan(sol, sol, name, notebook_names())
     findings = [(step.get("exercise"), f) for step in plan["steps"] for f in step.get("findings", [])]
     assert findings == [], findings
+
+
+def test_the_grading_order_names_real_notebooks():
+    """A renamed notebook would silently lose its place at the front of a batch."""
+    from instructor.grade import NOTEBOOK_SECONDS, Grader
+
+    assert set(NOTEBOOK_SECONDS) <= set(notebook_names()), set(NOTEBOOK_SECONDS) - set(notebook_names())
+    order = sorted(notebook_names(), key=lambda name: -Grader._weight(name))
+    assert order[0] == max(NOTEBOOK_SECONDS, key=NOTEBOOK_SECONDS.get)
