@@ -75,10 +75,24 @@ from instructor.course import (
     solutions_digest,
 )
 from instructor.plan import build_plan
-from instructor.sandbox import INSIDE_CGROUP, MemoryCgroup, bwrap_command, find_bwrap, works
+from instructor.sandbox import INSIDE_CGROUP, MemoryCgroup, bwrap_command, find_bwrap, python_path, works
 
 CACHE_DIR = REPO_ROOT / "grading" / "cache"
 KERNEL_NAME = "tfs-warm-python3"
+# The template's interpreter is isolated (-I: no user site, no PYTHONPATH, not the working directory) and is
+# handed the grader's own sys.path, so it imports exactly what the grader imports, whatever the environment.
+TEMPLATE_BOOT = (
+    "import json, runpy, sys; sys.path[:] = json.loads(sys.argv.pop(1)); "
+    "runpy.run_module('instructor.recheck', run_name='__main__', alter_sys=True)"
+)
+# A template that dies or is not ready this long after it started, this many times in a row, will not start:
+# the batch stops and says why instead of restarting it forever.
+TEMPLATE_START_SECONDS = 300
+TEMPLATE_START_ATTEMPTS = 3
+
+
+class TemplateFailed(Exception):
+    """The re-check template could not be started: nothing can be graded."""
 
 
 # Seconds each notebook's autograding took in bench/bench_grading.py (fast mode, 2 cores, two at once): the order
@@ -113,6 +127,7 @@ class Item:
     attempts: int = 0
     check_attempts: int = 0
     token: str = ""
+    status: str = "graded"
     events: list[dict] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)
     probes: judge.Prepared | None = None  # the judge's request for the running re-check; expected outputs in it
@@ -145,6 +160,7 @@ class Proc:
         )
         os.set_blocking(self.popen.stdout.fileno(), False)
         self.buffer = b""
+        self.started = time.monotonic()
         self.ready = False
         self.busy: object = None
         self.deadline = float("inf")
@@ -293,6 +309,8 @@ class Grader:
         self.cgroup: MemoryCgroup | None = None
         self.memory_note = ""
         self.worker_starts = 0
+        self.template_failures = 0  # starts in a row that never became ready
+        self.not_graded = ""  # why the batch stopped before grading everything
 
     def check_sandbox(self) -> None:
         """Refuse to grade without the sandbox, unless told --no-sandbox."""
@@ -476,7 +494,7 @@ class Grader:
     def start_server(self) -> Proc:
         """The warm template: re-checks, and (unless --cold-kernels) the kernels nbgrader runs notebooks in."""
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-I", "-m", "instructor.recheck", "--serve"]
+        args = [sys.executable, "-I", "-c", TEMPLATE_BOOT, json.dumps(python_path()), "--serve"]
         self.kernel_socket = None
         self.runtime_dir()
         if not self.args.cold_kernels:
@@ -526,13 +544,44 @@ class Grader:
         try:
             if self.items:
                 self.grade_all()
+        except TemplateFailed as err:
+            self.not_graded = str(err)
         finally:
             self.end_sandbox()
         if not self.sandbox:
             for item in self.items:
                 item.flags.insert(0, "unsandboxed")
+        if self.not_graded:
+            self._record_not_graded()
         self.report()
+        if self.not_graded:
+            print(f"GRADING STOPPED: {self.not_graded}", file=sys.stderr, flush=True)
+            return 2
         return 0
+
+    def _record_not_graded(self) -> None:
+        """Every notebook the batch did not finish gets its rows, scored 0, with the reason: none goes missing."""
+        reason = f"not graded: {self.not_graded}".splitlines()[0][:500]
+        for item in self.items:
+            if item.rows:
+                continue
+            item.status = "not graded"
+            item.flags.append("not graded: the grader stopped (see the last line of its output)")
+            for test in read_source_notebook(item.notebook, Path(self.args.solutions)).tests:
+                item.rows.append(
+                    {
+                        "student": item.student,
+                        "notebook": item.notebook,
+                        "exercise": test.exercise or "",
+                        "grade_id": test.grade_id,
+                        "score": 0.0,
+                        "max_score": test.points,
+                        "nbgrader_score": "",
+                        "recheck": "",
+                        "judge": "",
+                        "reason": reason,
+                    }
+                )
 
     def end_sandbox(self) -> None:
         """Every learner process is gone before any output is written: the template's PID namespace ended with
@@ -547,6 +596,7 @@ class Grader:
         n_workers = min(jobs, len(self.items))
         server = self.start_server()
         workers = [self.start_worker(i) for i in range(n_workers)]
+        self._workers = workers
         selector = selectors.DefaultSelector()
         for proc in [*workers, server]:
             selector.register(proc.popen.stdout, selectors.EVENT_READ, proc)
@@ -656,6 +706,10 @@ class Grader:
                         self.remaining -= 1
                         self._progress(item)
             now = time.monotonic()
+            if not server.ready and now - server.started > TEMPLATE_START_SECONDS:
+                self.say(f"the re-check process was not ready {TEMPLATE_START_SECONDS} s after it started")
+                selector.unregister(server.popen.stdout)
+                server = self._server_died(server, running_checks, to_check, selector)
             for proc in workers:
                 if proc.busy and now > proc.deadline:
                     self._worker_died(workers, proc, finalize_queue, to_grade, selector, "stopped (time limit)")
@@ -676,6 +730,11 @@ class Grader:
         other uids); unsandboxed a kernel can kill it, and a check that was running twice when it died fails."""
         server.kill()
         self.server_restarts += 1
+        self.template_failures = 0 if server.ready else self.template_failures + 1
+        if self.template_failures >= TEMPLATE_START_ATTEMPTS:
+            for proc in self._workers:
+                proc.kill()
+            raise TemplateFailed(self._template_failure())
         self.say(f"the re-check process stopped (see {self.out / 'logs' / 'recheck.log'}); restarting it")
         if self.server_restarts > 3:
             time.sleep(min(10, self.server_restarts))  # a broken installation: slow down, but finish the batch
@@ -691,6 +750,24 @@ class Grader:
         new = self.start_server()
         selector.register(new.popen.stdout, selectors.EVENT_READ, new)
         return new
+
+    def _template_failure(self) -> str:
+        """One message: what failed, the log's last lines, and what to do."""
+        log = self.out / "logs" / "recheck.log"
+        try:
+            lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-6:]
+        except OSError:
+            lines = []
+        where = "in the sandbox (bubblewrap)" if self.sandbox else "(unsandboxed)"
+        return (
+            f"the re-check template (python -m instructor.recheck --serve) could not start {where}: it stopped or "
+            f"was not ready within {TEMPLATE_START_SECONDS} s, {TEMPLATE_START_ATTEMPTS} times in a row. "
+            f"Its log ({log}) ends with: " + (" / ".join(lines)[-1200:] or "(nothing)") + ". "
+            f"What to do: run `{sys.executable} -c 'import torch, transformer_lens, harness, instructor'` with the "
+            "interpreter you grade with (the sandbox sees only that interpreter's installation and the course's "
+            "harness/ and instructor/); if that works, grade once with --no-sandbox to tell a sandbox problem from "
+            "an installation one, and see docs/grading.md."
+        )
 
     def _worker_died(self, workers, proc, finalize_queue, to_grade, selector, why):
         index = workers.index(proc)
@@ -972,7 +1049,7 @@ class Grader:
                         "notebook": item.notebook,
                         "score": sum(r["score"] for r in item.rows),
                         "max_score": sum(r["max_score"] for r in item.rows),
-                        "status": "graded",
+                        "status": item.status,
                         "flags": " | ".join(item.flags),
                     }
                 )

@@ -138,19 +138,54 @@ def _system_binds() -> list[str]:
     return args
 
 
-def python_dirs() -> list[str]:
-    """The Python installation and its site-packages (the venv may link to an interpreter under /root)."""
-    dirs = {
-        os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))
-    }
-    dirs |= {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p) and "site-packages" in p}
-    inside_system = tuple(d + os.sep for d in SYSTEM_DIRS)
-    dirs = {d for d in dirs if not (d + os.sep).startswith(inside_system)}
-    out: list[str] = []
-    for d in sorted(dirs, key=len):  # a parent bound already holds its children
-        if not any((d + os.sep).startswith(p + os.sep) for p in out):
-            out.append(d)
+def _environment_paths() -> list[str]:
+    """Every directory the running interpreter loads code from, as it names them: its prefixes, the directory of
+    its executable, and each `sys.path` entry (a user site-packages, a conda environment's, an editable install's)."""
+    paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, os.path.dirname(sys.executable)]
+    paths += [p for p in sys.path if p]
+    out = []
+    for p in paths:
+        p = os.path.abspath(p)
+        if os.path.isfile(p):  # a zipped standard library
+            p = os.path.dirname(p)
+        if os.path.isdir(p) and p not in out:
+            out.append(p)
     return out
+
+
+def python_binds() -> list[tuple[str, str]]:
+    """(source, destination) read-only binds that give the sandbox the Python installation the grader runs on.
+
+    Derived from the running interpreter (`_environment_paths`), not from any layout: each directory is bound at
+    its resolved path and, where a link leads to it (a `.venv` that links to an environment elsewhere, as conda,
+    pyenv, uv or a shared lab install arrange), at the path the interpreter uses too, so that `sys.executable`,
+    `pyvenv.cfg` and every `sys.path` entry resolve inside as they do outside. The repository itself, or a folder
+    holding it, is never bound (that would bring in `solutions/`): its packages are bound one by one."""
+    repo = str(REPO_ROOT)
+    inside_system = tuple(d + os.sep for d in SYSTEM_DIRS)
+    wanted: list[tuple[str, str]] = []
+    for path in _environment_paths():
+        real = os.path.realpath(path)
+        for dest in dict.fromkeys((real, path)):
+            if (repo + os.sep).startswith(dest + os.sep) or (os.path.realpath(repo) + os.sep).startswith(real + os.sep):
+                continue  # the repository or an ancestor (the working directory on sys.path, say)
+            if (dest + os.sep).startswith(inside_system):
+                continue  # already there with the system's directories (a link there leads to a real path bound)
+            wanted.append((real, dest))
+    out: list[tuple[str, str]] = []
+    for real, dest in sorted(set(wanted), key=lambda b: (len(b[1]), b[1])):
+        covered = any(
+            (dest + os.sep).startswith(d + os.sep) and os.path.join(r, os.path.relpath(dest, d)) == real for r, d in out
+        )  # a parent bound already holds it, at the same place
+        if not covered:
+            out.append((real, dest))
+    return out
+
+
+def python_path() -> list[str]:
+    """The grader's `sys.path`, for the template to use as its own (`python -I` would drop a user site-packages
+    and any PYTHONPATH the instructor relies on)."""
+    return [os.path.abspath(p) for p in sys.path if p and os.path.exists(p)]
 
 
 def bwrap_command(
@@ -183,13 +218,15 @@ def bwrap_command(
         "--dir",
         "/run/tfs",
     ]
-    binds = [*python_dirs(), *(str(REPO_ROOT / package) for package in ("harness", "instructor"))]
+    binds = [*python_binds(), *((str(REPO_ROOT / p),) * 2 for p in ("harness", "instructor"))]
     mounts = {"/", "/tmp", "/run"}
-    parents = sorted({str(parent) for d in binds for parent in Path(d).parents if str(parent) not in mounts}, key=len)
+    parents = sorted(
+        {str(parent) for _, d in binds for parent in Path(d).parents if str(parent) not in mounts}, key=len
+    )
     for parent in parents:  # bwrap would make them 0700: the children, under other uids, could not get through
         args += ["--perms", "0755", "--dir", parent]
-    for d in binds:
-        args += ["--ro-bind", d, d]
+    for source, dest in binds:
+        args += ["--ro-bind", source, dest]
     for path in rw:
         args += ["--bind", path, path]
     if cgroup is not None:

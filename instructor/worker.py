@@ -33,6 +33,105 @@ def _protocol_stream():
 
 STOP_ERRORS = ("NotebookTimeoutError", "DeadKernelError", "CellTimeoutError")
 
+# What a submission can make the grader store of its outputs (characters): per cell and per notebook. The
+# autograded notebook, its feedback page and this process's memory stay bounded whatever a cell prints.
+CELL_OUTPUT_CHARS = 100_000
+NOTEBOOK_OUTPUT_CHARS = 2_000_000
+
+
+def _size(output) -> int:
+    if output.get("output_type") == "stream":
+        return len(output.get("text") or "")
+    if output.get("output_type") == "error":
+        return sum(len(line) for line in output.get("traceback") or []) + len(str(output.get("evalue", "")))
+    return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in (output.get("data") or {}).values())
+
+
+def _cut_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[the grader cut this output here: {len(text) - limit:,} more characters]\n"
+
+
+def _shrink(output, limit: int):
+    """The output within `limit` characters, keeping its kind (an error stays an error, stderr stays stderr: the
+    grade depends on them)."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        output["text"] = _cut_text(output.get("text") or "", limit)
+    elif kind == "error":
+        output["evalue"] = _cut_text(str(output.get("evalue", "")), min(limit, 2000))
+        lines, kept, used = output.get("traceback") or [], [], 0
+        for line in lines:
+            if used + len(line) > limit:
+                kept.append(f"[the grader cut this traceback here: {len(lines) - len(kept)} more lines]")
+                break
+            kept.append(line)
+            used += len(line)
+        output["traceback"] = kept
+    else:
+        data = output.get("data") or {}
+        for key, value in list(data.items()):
+            if key == "text/plain" and isinstance(value, str):
+                data[key] = _cut_text(value, limit)
+            elif _size({"data": {key: value}}) > limit:
+                del data[key]  # an image or HTML too large to keep: its text form, if any, stays
+        if not data:
+            data["text/plain"] = "[the grader dropped an output too large to keep]"
+    return output
+
+
+def bound_outputs() -> None:
+    """Patch nbclient (in this process, which only ever runs nbgrader) so that each executed cell keeps at most
+    CELL_OUTPUT_CHARS of output and each notebook NOTEBOOK_OUTPUT_CHARS; what is cut is said where it is cut.
+    Errors, stderr and a cell's value are never dropped, only shortened: nbgrader's score depends on them."""
+    from nbclient.client import NotebookClient
+    from nbformat.v4 import new_output
+
+    original = NotebookClient.output
+    if getattr(original, "_bounded", False):
+        return
+
+    def output(self, outs, msg, display_id, cell_index):
+        out = original(self, outs, msg, display_id, cell_index)
+        if out is None:
+            return out
+        used = getattr(self, "_tfs_used", None)
+        if used is None:
+            used = self._tfs_used = {"total": 0}
+        cell = used.setdefault(cell_index, {"chars": 0, "note": None, "kinds": set()})
+        size = _size(out)
+        left = min(CELL_OUTPUT_CHARS - cell["chars"], NOTEBOOK_OUTPUT_CHARS - used["total"])
+        kind = (out.get("output_type"), out.get("name"))
+        essential = kind[0] in ("error", "execute_result") or (
+            kind == ("stream", "stderr") and kind not in cell["kinds"]
+        )
+        if size <= left:
+            cell["chars"] += size
+            used["total"] += size
+        elif essential or left > 200:
+            _shrink(out, max(left, 2000 if essential else 0))
+            cell["chars"] += _size(out)
+            used["total"] += _size(out)
+        else:
+            if outs and outs[-1] is out:
+                outs.pop()
+            if cell["note"] is None:
+                cell["note"] = new_output("stream", name="stdout", text="")
+                cell["dropped"] = 0
+                outs.append(cell["note"])
+            cell["dropped"] += size
+            cell["note"]["text"] = (
+                f"\n[the grader cut this cell's output here: {cell['dropped']:,} more characters "
+                f"(limits: {CELL_OUTPUT_CHARS:,} per cell, {NOTEBOOK_OUTPUT_CHARS:,} per notebook)]\n"
+            )
+            out = None
+        cell["kinds"].add(kind)
+        return out
+
+    output._bounded = True
+    NotebookClient.output = output
+
 
 class Worker:
     def __init__(
@@ -189,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_gb > 0:
         limit = int(args.memory_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    bound_outputs()
     worker = Worker(args.root, args.cell_timeout, args.notebook_timeout, args.kernel_name, args.ipc)
     out.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
