@@ -17,7 +17,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
+import stat
 from pathlib import Path
 
 from instructor.course import cell_kind, cell_source, nbgrader_meta
@@ -29,8 +31,45 @@ class Unreadable(Exception):
     """A file that is not a notebook nbformat can read."""
 
 
+# A submission is data: only regular files are read, never through a link, and never more than this.
+MAX_NOTEBOOK_BYTES = 20 << 20
+MAX_ENTRIES = 5000  # files and folders looked at in one student's folder
+
+
+def read_regular_file(path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
+    """The bytes of `path` if it is a regular file (not a link, a FIFO, a device or a socket) of at most `limit`
+    bytes; Unreadable otherwise. Opened without following a link and without blocking, then checked on the
+    descriptor itself, so what is checked is what is read."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        why = "a symbolic link" if os.path.islink(path) else err.strerror
+        raise Unreadable(f"{Path(path).name} was not read ({why})") from err
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable(f"{Path(path).name} was not read (not a regular file)")
+        if info.st_nlink > 1:  # the same file under another name: the solutions, or another student's notebook
+            raise Unreadable(f"{Path(path).name} was not read (a hard link: {info.st_nlink} names share it)")
+        if info.st_size > limit:
+            raise Unreadable(f"{Path(path).name} was not read ({info.st_size:,} bytes; the limit is {limit:,})")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise Unreadable(f"{Path(path).name} was not read (it grew past {limit:,} bytes)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_submission(path: Path) -> dict:
-    raw = Path(path).read_bytes()
+    raw = read_regular_file(path)
     try:
         nb = json.loads(raw.decode("utf-8-sig"))
         if not isinstance(nb, dict) or not isinstance(nb.get("cells", []), list):
@@ -174,18 +213,47 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
 
 
 def find_notebooks(student_dir: Path, names: list[str]) -> tuple[dict[str, Path], list[str]]:
-    """The course notebooks in a student's folder (searched recursively, the shallowest wins), and notes."""
+    """The course notebooks in a student's folder (searched breadth first, the shallowest wins), and notes.
+
+    Only regular files and real folders count: a link (to the solutions, to another student's notebook, to a
+    device) is never followed, and neither is anything that is not a regular file; each is noted, so the grader
+    flags it. At most MAX_ENTRIES entries are looked at."""
     found: dict[str, Path] = {}
-    notes = []
-    for path in sorted(Path(student_dir).rglob("*"), key=lambda p: (len(p.parts), str(p))):
-        if not path.is_file() or ".ipynb_checkpoints" in path.parts or any(p.startswith(".") for p in path.parts[-1:]):
+    notes: list[str] = []
+    root = Path(student_dir)
+    queue, seen = [root], 0
+    while queue:
+        folder = queue.pop(0)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as err:
+            notes.append(f"{folder.relative_to(root)} could not be listed ({err.strerror})")
             continue
-        stem = path.stem if path.suffix == ".ipynb" else None
-        if stem in names:
-            if stem in found:
-                notes.append(f"{path.relative_to(student_dir)} ignored (another {stem}.ipynb is nearer the top)")
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                notes.append(f"only the first {MAX_ENTRIES} files and folders were looked at")
+                return found, notes
+            path = Path(entry.path)
+            where = path.relative_to(root)
+            if entry.name.startswith(".") or entry.name == ".ipynb_checkpoints":
+                continue
+            if entry.is_symlink():
+                notes.append(f"{where} ignored (a symbolic link: never followed, only a notebook's own file is graded)")
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                queue.append(path)
+                continue
+            stem = path.stem if path.suffix == ".ipynb" else None
+            if not entry.is_file(follow_symlinks=False):
+                if stem in names:
+                    notes.append(f"{where} ignored (not a regular file)")
+                continue
+            if stem in names:
+                if stem in found:
+                    notes.append(f"{where} ignored (another {stem}.ipynb is nearer the top)")
+                else:
+                    found[stem] = path
             else:
-                found[stem] = path
-        else:
-            notes.append(f"{path.relative_to(student_dir)} ignored (not one of the course's notebooks)")
+                notes.append(f"{where} ignored (not one of the course's notebooks)")
     return found, notes

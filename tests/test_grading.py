@@ -495,6 +495,8 @@ def graded(tmp_path_factory):
     (submissions / "solved" / "notes.txt").write_text("an extra file, ignored")
     (submissions / "broken").mkdir()
     (submissions / "broken" / f"{LN}.ipynb").write_text("{ this is not json")
+    for student, make in NOT_DATA.items():
+        make(submissions, submissions / student)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     run = subprocess.run(
         [
@@ -534,6 +536,44 @@ def graded(tmp_path_factory):
     return {"out": out, "rows": rows, "summary": summary, "log": run.stderr}
 
 
+def _mkdir(path):
+    path.mkdir()
+    return path
+
+
+def _outside(subs, name):
+    """A solved notebook outside the submissions (the solutions, say), for a hard link to point at."""
+    path = subs.parent / f"elsewhere-{name}.ipynb"
+    path.write_bytes((subs / "solved" / f"{name}.ipynb").read_bytes())
+    return path
+
+
+def _sparse(path, size):
+    path.write_bytes(b"")
+    os.truncate(path, size)
+
+
+# Submissions that are not plain files of their own (issue #20): none is read, each is recorded, none stops the batch
+NOT_DATA = {  # student -> how its folder is made (submissions, folder)
+    "link_to_solution": lambda subs, d: (_mkdir(d) / f"{LN}.ipynb").symlink_to(REPO_ROOT / "solutions" / f"{LN}.ipynb"),
+    "link_to_student": lambda subs, d: (_mkdir(d) / f"{LN}.ipynb").symlink_to(subs / "solved" / f"{LN}.ipynb"),
+    "folder_link": lambda subs, d: d.symlink_to(subs / "solved", target_is_directory=True),
+    "nested_folder_link": lambda subs, d: (_mkdir(d) / "work").symlink_to(subs / "solved", target_is_directory=True),
+    "hard_link": lambda subs, d: os.link(_outside(subs, EMB), _mkdir(d) / f"{EMB}.ipynb"),
+    "fifo": lambda subs, d: os.mkfifo(_mkdir(d) / f"{LN}.ipynb"),
+    "huge": lambda subs, d: _sparse(_mkdir(d) / f"{LN}.ipynb", 64 << 20),
+}
+NOT_DATA_REASON = {
+    "link_to_solution": "symbolic link",
+    "link_to_student": "symbolic link",
+    "folder_link": "symbolic link",
+    "nested_folder_link": "symbolic link",
+    "hard_link": "hard link",
+    "fifo": "not a regular file",
+    "huge": "the limit is",
+}
+
+
 def rows_of(graded, student):
     rows = [r for r in graded["rows"] if r["student"] == student]
     assert rows, f"no grades for {student}:\n{graded['log'][-2000:]}"
@@ -560,7 +600,9 @@ def test_solutions_get_full_marks(graded):
     rows = check_expected(graded, "solved")
     assert all(r["recheck"] == "passed" for r in rows), rows
     judged = {r["grade_id"] for r in rows if r["judge"] == "passed"}
-    assert judged == {"test_layernorm", "test_embed", "test_pos_embed", "test_sinusoidal"}, rows  # and the others are not judged
+    assert judged == {"test_layernorm", "test_embed", "test_pos_embed", "test_sinusoidal"}, (
+        rows
+    )  # and the others are not judged
     assert all(r["judge"] in ("passed", "") for r in rows), rows
     assert {r["flags"] for r in rows} <= {"", "notes.txt ignored (not one of the course's notebooks)"}, rows
     feedback = (graded["out"] / "feedback" / "solved" / f"{LN}.html").read_text()
@@ -720,6 +762,15 @@ def test_output_right_only_under_the_harness_fails_the_judge_and_is_flagged(grad
     assert "the judge outside the sandbox failed a test the in-sandbox re-check passed" in row["flags"], row
     verdicts = json.loads((graded["out"] / "course" / "recheck" / "harness_aware" / f"{LN}.judge.json").read_text())
     assert verdicts["verdicts"]["test_layernorm"]["passed"] is False
+
+
+@pytest.mark.parametrize("student", sorted(NOT_DATA))
+def test_submissions_are_read_as_data_never_through_links(graded, student):
+    """A link to the solutions or to another student, a FIFO, an oversized file: not read, scored 0, said why."""
+    assert not [r for r in graded["rows"] if r["student"] == student]  # nothing of it was graded
+    rows = [r for r in graded["summary"] if r["student"] == student]
+    assert rows and all(float(r["score"]) == 0 for r in rows), rows
+    assert NOT_DATA_REASON[student] in " ".join(r["flags"] for r in rows), rows
 
 
 def test_colliding_folders_are_both_graded_and_flagged(graded):
