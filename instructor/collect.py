@@ -27,8 +27,8 @@ from instructor.course import cell_kind, cell_source, nbgrader_meta
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
-class Unreadable(Exception):
-    """A file that is not a notebook nbformat can read."""
+class Unreadable(ValueError):
+    """A file that is not a notebook nbformat can read, or not a regular file of its own."""
 
 
 # A submission is data: only regular files are read, never through a link, and never more than this.
@@ -43,6 +43,8 @@ def read_regular_file(path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
     except OSError as err:
         why = "a symbolic link" if os.path.islink(path) else err.strerror
         raise Unreadable(f"{Path(path).name} was not read ({why})") from err

@@ -91,6 +91,17 @@ TEMPLATE_START_SECONDS = 300
 TEMPLATE_START_ATTEMPTS = 3
 
 
+# What one notebook can put in the CSVs: its flags (each cut, and only the first few), and the re-check records kept.
+FLAG_CHARS, MAX_FLAGS, MAX_EVENTS = 400, 12, 2000
+
+
+def _joined_flags(flags: list[str]) -> str:
+    shown = [f if len(f) <= FLAG_CHARS else f[:FLAG_CHARS] + " [cut]" for f in flags[:MAX_FLAGS]]
+    if len(flags) > MAX_FLAGS:
+        shown.append(f"and {len(flags) - MAX_FLAGS} more flags, not shown")
+    return " | ".join(shown)
+
+
 class TemplateFailed(Exception):
     """The re-check template could not be started: nothing can be graded."""
 
@@ -137,14 +148,14 @@ class Item:
 class Proc:
     """A child process speaking JSON lines on stdin/stdout."""
 
-    def __init__(self, args: list[str], log: Path, env: dict, name: str, cgroup: MemoryCgroup | None = None):
+    def __init__(self, args: list[str], log: Path, env: dict, name: str, cgroups: list[MemoryCgroup] = ()):
         self.name = name
         self.log = open(log, "ab")  # noqa: SIM115 - closed in close()
-        procs = str(cgroup.path / "cgroup.procs") if cgroup is not None else None
+        procs = [str(group.path / "cgroup.procs") for group in cgroups]
 
-        def join_cgroup():  # before exec: the sandbox and everything in it are in the run's memory cgroup
-            if procs:
-                with open(procs, "w") as f:
+        def join_cgroup():  # before exec: the sandbox and everything in it are in the run's cgroups
+            for path in procs:
+                with open(path, "w") as f:
                     f.write("0")
 
         self.popen = subprocess.Popen(
@@ -307,6 +318,8 @@ class Grader:
         self.sandbox = not args.no_sandbox
         self.bwrap: str | None = None
         self.cgroup: MemoryCgroup | None = None
+        self.extra_cgroups: list[MemoryCgroup] = []  # pids and cpu, where the machine has them
+        self.shared_mount = False
         self.memory_note = ""
         self.worker_starts = 0
         self.template_failures = 0  # starts in a row that never became ready
@@ -334,6 +347,12 @@ class Grader:
                 f"refusing to grade: {why}. Learner code must run in the sandbox; to grade without it (every row "
                 "is then flagged 'unsandboxed'), pass --no-sandbox."
             )
+        for controller in ("pids", "cpu"):
+            group, problem = MemoryCgroup.create(controller)
+            if group is None:
+                self.say(f"WARNING: {problem}: no per-student {controller} limit")
+            else:
+                self.extra_cgroups.append(group)
         self.cgroup, problem = MemoryCgroup.create()
         if self.cgroup is None:
             self.memory_note = (
@@ -351,7 +370,21 @@ class Grader:
         if not submissions.is_dir():
             raise SystemExit(f"{submissions} is not a folder")
         wanted = self.args.notebooks or self.names
-        students = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
+        students = []
+        for entry in sorted(submissions.iterdir()):
+            if entry.name.startswith("."):
+                continue
+            if entry.is_symlink():  # never followed: it could lead to the solutions or to another student's work
+                self.skipped.append(
+                    {
+                        "student": _student_id(entry.name),
+                        "notebook": "",
+                        "status": "not read",
+                        "reason": f"{entry.name} is a symbolic link, not a student's own folder: not followed",
+                    }
+                )
+            elif entry.is_dir():
+                students.append(entry)
         seen_ids: dict[str, str] = {}
         for folder in students:
             student = base = _student_id(folder.name)
@@ -450,10 +483,35 @@ class Grader:
         if not self.socket_dir:  # short: socket paths are limited to 108 bytes
             self.socket_dir = tempfile.mkdtemp(prefix="tfs-grade-")
             os.chmod(self.socket_dir, 0o755)
+            if self.sandbox:
+                # A tmpfs: what a child writes here is memory charged to its own cgroup (its limit bounds it),
+                # not the grader's disk; the template removes it when the child ends.
+                run = subprocess.run(
+                    [
+                        "mount",
+                        "-t",
+                        "tmpfs",
+                        "-o",
+                        "mode=0755,size=50%,nr_inodes=1000000",
+                        "tfs-grade",
+                        self.socket_dir,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                self.shared_mount = run.returncode == 0
+                if not self.shared_mount:
+                    self.say(f"WARNING: no tmpfs for the kernels' sockets ({run.stderr.strip()}): they use the disk")
         path = os.path.join(self.socket_dir, "rt")
         if not os.path.isdir(path):
             os.mkdir(path)
             os.chmod(path, 0o1777)
+        return path
+
+    def _private_runtime(self) -> Path:
+        path = self.course / ".runtime"
+        path.mkdir(mode=0o700, exist_ok=True)
         return path
 
     def start_worker(self, index: int) -> Proc:
@@ -486,7 +544,8 @@ class Grader:
             env["TFS_KERNEL_MEMORY"] = str(int(self.args.memory_gb * (1 << 30)))
         if self.sandbox:
             args += ["--ipc", os.path.join(self.runtime_dir(), f"w{index}-{self.worker_starts}")]
-            env["JUPYTER_RUNTIME_DIR"] = self.runtime_dir()
+            # connection files stay with the grader (root only): the template hands each kernel its own copy
+            env["JUPYTER_RUNTIME_DIR"] = str(self._private_runtime())
             env["TFS_SANDBOXED"] = "1"
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
         return Proc(args, self.out / "logs" / f"worker{index}.log", env, f"worker{index}")
@@ -517,15 +576,20 @@ class Grader:
         env = self.env()
         env["OMP_NUM_THREADS"] = "1"
         if self.sandbox:
-            args += ["--sandboxed"] + (["--cgroup", INSIDE_CGROUP] if self.cgroup else [])
+            args += ["--sandboxed", "--scratch", self.runtime_dir()]
+            args += ["--cgroup", INSIDE_CGROUP] if self.cgroup else []
+            for group in self.extra_cgroups:
+                args += [f"--cgroup-{group.controller}", f"{INSIDE_CGROUP}-{group.controller}"]
             args = bwrap_command(
                 self.bwrap,
                 args,
                 rw=[self.socket_dir],
                 cgroup=self.cgroup,
+                cgroups=self.extra_cgroups,
                 private_ro={str(Path(self.args.solutions).resolve()): "solutions"},
             )
-        return Proc(args, self.out / "logs" / "recheck.log", env, "recheck", self.cgroup)
+        groups = [g for g in [self.cgroup, *self.extra_cgroups] if g is not None]
+        return Proc(args, self.out / "logs" / "recheck.log", env, "recheck", groups)
 
     # ------------------------------------------------------------------ the run
     def run(self) -> int:
@@ -589,7 +653,11 @@ class Grader:
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.socket_dir:
+            if self.shared_mount:
+                subprocess.run(["umount", "-l", self.socket_dir], capture_output=True, check=False)
             shutil.rmtree(self.socket_dir, ignore_errors=True)
+        for group in self.extra_cgroups:
+            group.remove()
 
     def grade_all(self) -> None:
         jobs = max(1, self.args.jobs)
@@ -676,7 +744,9 @@ class Grader:
                     if proc is server:
                         if "event" in reply:
                             if reply["id"] in running_checks:
-                                running_checks[reply["id"]].events.append(reply["event"])
+                                events = running_checks[reply["id"]].events
+                                if len(events) < MAX_EVENTS:  # a child may write any number of lines
+                                    events.append(reply["event"])
                             continue
                         item = running_checks.pop(reply["id"])
                         item.recheck = self._read_recheck(item, reply)
@@ -1033,7 +1103,7 @@ class Grader:
             "flags",
             "reason",
         ]
-        flags_of = {(it.student, it.notebook): " | ".join(it.flags) for it in self.items}
+        flags_of = {(it.student, it.notebook): _joined_flags(it.flags) for it in self.items}
         with open(self.out / "grades.csv", "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
@@ -1050,7 +1120,7 @@ class Grader:
                         "score": sum(r["score"] for r in item.rows),
                         "max_score": sum(r["max_score"] for r in item.rows),
                         "status": item.status,
-                        "flags": " | ".join(item.flags),
+                        "flags": _joined_flags(item.flags),
                     }
                 )
             for skipped in self.skipped:

@@ -159,10 +159,22 @@ def _current_thread() -> int:
 
 
 def unwrap(obj):
-    """A learner function under library decorators (`@torch.no_grad()`, `functools.wraps`): the learner's function."""
+    """A learner function under library decorators (`@torch.no_grad()`, `functools.wraps`, `functools.lru_cache`
+    or `cache`, `functools.partial`): the learner's function. Only library wrappers are looked through."""
+    import functools
+
     for _ in range(8):
-        code = getattr(obj, "__code__", None)
-        if not isinstance(obj, types.FunctionType) or code is None or _is_learner_code(code):
+        if isinstance(obj, (functools.partial, functools.cached_property)):
+            obj = obj.func
+            continue
+        if not isinstance(obj, types.FunctionType):  # a wrapper written in C (lru_cache's), or not a wrapper
+            inner = getattr(obj, "__dict__", {}).get("__wrapped__") if type(obj).__module__ == "functools" else None
+            if inner is None:
+                return obj
+            obj = inner
+            continue
+        code = obj.__code__
+        if _is_learner_code(code):
             return obj
         inner = obj.__dict__.get("__wrapped__")
         library = "site-packages" in code.co_filename or code.co_filename.startswith(_LIBRARY_DIRS)
@@ -600,7 +612,7 @@ class Guards:
                             or "transformer_lens" in code.co_filename
                         ):
                             return f"{name}.{code.co_name} is the course's or the reference's code"
-            elif isinstance(obj, types.FunctionType):
+            elif isinstance(unwrap(obj), types.FunctionType):
                 if not _is_learner_code(unwrap(obj).__code__):
                     return f"{name} is not a function defined in your notebook"
             else:

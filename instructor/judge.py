@@ -32,10 +32,10 @@ import math
 import os
 import secrets
 import shutil
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from instructor import collect
 from instructor.probe_runner import ERRORS, OUT_DIR, OUTPUTS, REQUEST
 
 # A small GPT-2 shape (every size different, so a transposed or mixed-up dimension shows), cheap to run.
@@ -86,10 +86,11 @@ class Probe:
     args: tuple[tuple[str, object], ...]
     module: bool = True
     config: str = "gpt2"  # a module's config: "gpt2" (harness's Config) or "encdec" (EncoderDecoderConfig)
-    output: str = "tensor"
+    output: str = "tensor"  # "tensor", "scalar", "dict" (of tensors) or "tuple" (of tensors)
     compare: str = "close"  # "close", "exact", "mask", "filter", "softmax" or "scalar"
     atol: float | None = None  # the check's own absolute tolerance, where it is looser than the default
     keywords: tuple[str, ...] = ()  # the names of the last arguments, passed by keyword
+    expect: str | None = None  # what the expected output is, where it is not the course's return value
 
 
 BATCH_POS_MODEL = (("float", ("batch", "pos", "d_model")),)
@@ -107,7 +108,51 @@ def _lr(phase: str) -> Probe:
     return _fn("test_lr_at", "lr_at", ("step", phase), ("dataclass", ("TrainingArgs", LR_FIELDS)), output="scalar")
 
 
+# Operators an exercise may not reach while the judge runs it, by any name (the profiler in the probe runner
+# records them at the dispatcher: `F.layer_norm`, `torch.native_layer_norm` and `torch.ops.aten.native_layer_norm`
+# all run aten::native_layer_norm). notebook -> {target, or "*" for all of its probes: operator names or prefixes}.
+_NORMS = (
+    "aten::layer_norm",
+    "aten::native_layer_norm",
+    "aten::group_norm",
+    "aten::native_group_norm",
+    "aten::instance_norm",
+    "aten::batch_norm",
+    "aten::native_batch_norm",
+    "aten::_native_batch_norm_legit*",
+    "aten::rms_norm",
+    "aten::_fused_rms_norm",
+)
+_ATTENTION = (
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_*",
+    "aten::_native_multi_head_attention",
+    "aten::_transformer_encoder_layer_fwd",
+)
+_MHA = ("aten::_native_multi_head_attention", "py:torch/nn/functional.py:multi_head_attention_forward")
+# The course's oracles: no exercise's probe may run their code (`py:` rules match a Python function's file).
+ORACLES = ("py:transformer_lens/", "py:transformers/")
+FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "01_layernorm": {"*": _NORMS},
+    "03_attention": {"*": _ATTENTION + _MHA},
+    "04_mlp_and_block": {"gelu_new": ("aten::gelu",)},  # "without F.gelu", says the exercise
+    "09_encoder_decoder": {"*": ("py:torch/nn/modules/transformer.py", *_MHA)},
+}
+
+
+def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
+    rules = FORBIDDEN_OPS.get(notebook, {})
+    return (*ORACLES, *rules.get("*", ()), *rules.get(target, ()))
+
+
 PROBES: dict[str, tuple[Probe, ...]] = {
+    "00_tour": (
+        _fn("test_count_params", "count_params", ("config", "random"), output="scalar"),
+        _fn("test_count_params", "count_params", ("config", "random"), output="scalar"),
+        _fn("test_split_heads", "split_heads", *BATCH_POS_MODEL, ("dim", "n_heads")),
+        _fn("test_merge_heads", "merge_heads", ("float", ("batch", "pos", "n_heads", "d_head"))),
+        _fn("test_head_scores", "head_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
+    ),
     "01_layernorm": (Probe("test_layernorm", "LayerNorm", BATCH_POS_MODEL),),
     "02_embeddings": (
         Probe("test_embed", "Embed", TOKENS),
@@ -182,6 +227,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="scalar",
             atol=1e-4,  # as masked_loss_test
         ),
+        _fn("test_reversal_floor", "reversal_loss_floor", ("even", (4, 64)), ("int", (2, 1000)), output="scalar"),
     ),
     "07_sampling_and_kv_cache": (
         _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.2, 3.0)), compare="softmax"),
@@ -194,6 +240,64 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             LOGITS,
             ("few_tokens", ("batch", "n_ctx")),
             ("real", (0.1, 2.0)),
+        ),
+        *(
+            _fn(
+                "test_sample_next_token",
+                "sample_next_token",
+                ("repeated", ("logits", ("d_vocab",))),
+                ("repeated", ("few_tokens", ("n_ctx",))),
+                ("real", (0.5, 2.0)),
+                *options,
+                ("generator", None),
+                keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
+                compare="samples",
+                expect="sampling_distribution",
+            )
+            for options in (
+                (("none", None), ("none", None), ("real", (0.0, 0.0))),
+                (("int", (2, 12)), ("none", None), ("real", (0.0, 0.0))),
+                (("none", None), ("real", (0.3, 0.9)), ("real", (0.5, 2.0))),
+            )
+        ),
+        _fn(  # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly
+            "test_generate",
+            "generate",
+            ("table_lm", None),
+            ("tokens", ("batch", "pos")),
+            ("int", (4, 16)),
+            ("int", (0, 100)),
+            ("int", (1, 1)),
+            keywords=("eos_token_id", "top_k"),
+            compare="exact",
+        ),
+        *(
+            _fn(
+                "test_beam_search",
+                "beam_search",
+                ("table_lm", None),
+                ("tokens", (1, "pos")),
+                ("int", (2, 4)),
+                ("int", (2, 6)),
+                ("int", ngram),
+                ("int", (0, 100)),
+                compare="exact",
+            )
+            for ngram in ((0, 0), (2, 3))
+        ),
+    ),
+    "08_interpretability": (
+        _fn(
+            "test_head_detector_scores",
+            "head_detector_scores",
+            ("causal_softmax", ("batch", "n_heads", "pos", "pos")),
+            output="dict",
+        ),
+        _fn(
+            "test_induction_scores",
+            "induction_scores",
+            ("causal_softmax", ("batch", "n_heads", "repeated_pos", "repeated_pos")),
+            ("dim", "seq_len"),
         ),
     ),
     "09_encoder_decoder": (
@@ -238,8 +342,43 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             atol=1e-5,  # as seq2seq_loss_test
             keywords=("label_smoothing",),
         ),
+        _fn(
+            "test_make_batch",
+            "make_batch",
+            ("ragged", ("batch", (1, 9))),
+            ("ragged", ("batch", (0, 9))),
+            ("config", "encdec"),
+            config="encdec",
+            output="tuple",
+            compare="exact",
+        ),
+        _fn(
+            "test_greedy_decode",
+            "greedy_decode",
+            ("table_seq2seq", None),
+            ("special_free_tokens", ("batch", "src")),
+            ("int", (2, 10)),
+            config="encdec",
+            compare="exact",
+        ),
     ),
 }
+
+
+def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator):
+    """What `sample_next_token` must draw from, row 0 (every row is the same): the course's filters in its order."""
+    if frequency_penalty:
+        logits = course.apply_frequency_penalty(logits, tokens, frequency_penalty)
+    logits = course.apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = course.top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = course.top_p_filter(logits, top_p)
+    return logits.softmax(dim=-1)[0]
+
+
+EXPECTATIONS = {"sampling_distribution": _sampling_distribution}
+SAMPLES = 4000  # draws per sampling probe: a token of probability p is off by 6 sigma once in ~10^9 tests
 
 
 def judged_tests() -> dict[str, list[str]]:
@@ -297,6 +436,9 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
     values = torch.randn(shape, generator=gen)
     if kind == "softmax":
         return values.softmax(dim=-1)
+    if kind == "causal_softmax":  # an attention pattern: each query over the keys up to itself
+        future = torch.ones(shape[-2:], dtype=torch.bool).triu(1)
+        return (2 * values).masked_fill(future, float("-inf")).softmax(dim=-1)
     if kind == "logits":
         return 3 * values
     # an offset and a spread per feature: a LayerNorm that does not centre or scale shows at once
@@ -357,7 +499,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     import torch
 
     from harness.config import Config
-    from instructor.probe_runner import table_lm
+    from instructor.probe_runner import table_lm, table_seq2seq
 
     if kind == "dim":
         return dims[param], {"value": dims[param]}
@@ -374,8 +516,45 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind == "step":
         value = _step(param, dims, gen)
         return value, {"value": value}
+    if kind == "none":
+        return None, {"value": None}
+    if (
+        kind == "config" and param == "random"
+    ):  # every field its own size: a d_model mistaken for n_heads * d_head shows
+        fields = {
+            "d_model": _randint(8, 96, gen),
+            "n_heads": _randint(1, 12, gen),
+            "d_head": _randint(2, 24, gen),
+            "d_mlp": _randint(8, 400, gen),
+            "n_layers": _randint(1, 6, gen),
+            "n_ctx": _randint(8, 300, gen),
+            "d_vocab": _randint(10, 3000, gen),
+        }
+        return Config(**fields), {"config": "Config", "fields": fields}
     if kind == "config":
-        return Config(**SMALL), {"config": "Config", "fields": dict(SMALL)}
+        class_name, fields = CONFIGS[param or "gpt2"]
+        import harness
+
+        return getattr(harness, class_name)(**fields), {"config": class_name, "fields": dict(fields)}
+    if kind == "generator":
+        seed = _randint(0, 2**31, gen)
+        return torch.Generator().manual_seed(seed), {"generator": seed}
+    if kind == "repeated":  # one row, SAMPLES times: every draw from the same distribution
+        row_kind, row_shape = param
+        row = _random_input(row_kind, (1, *(dims[d] for d in row_shape)), dims, gen)
+        tensors[key] = row
+        return row.expand(SAMPLES, *row.shape[1:]).clone(), {"tensor": key, "repeat": SAMPLES}
+    if kind == "ragged":  # lists of token ids of different lengths, no special id
+        rows, (lo, hi) = param
+        lists = [
+            [_randint(3, dims["d_vocab"] - 1, gen) for _ in range(_randint(lo, hi, gen))] for _ in range(dims[rows])
+        ]
+        return lists, {"ints": lists}
+    if kind == "table_seq2seq":
+        table = torch.randn((dims["d_vocab"], dims["d_vocab"]), generator=gen)
+        table[:, dims["eos_id"]] += 1.0  # EOS often enough that rows finish at different steps
+        tensors[key] = table
+        return table_seq2seq(table.clone(), dict(SMALL_ENCDEC)), {"table_seq2seq": key, "fields": dict(SMALL_ENCDEC)}
     if kind == "dataclass":
         name, names = param
         fields = {f: dims[f] for f in names}
@@ -388,7 +567,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
-    x = _random_input(kind, tuple(dims[d] for d in param), dims, gen)
+    x = _random_input(kind, tuple(dims[d] if isinstance(d, str) else d for d in param), dims, gen)
     tensors[key] = x
     return x, {"tensor": key}
 
@@ -433,7 +612,9 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
     for i, probe in enumerate(PROBES[notebook]):
         name = f"p{i}"
         class_name, cfg = CONFIGS[probe.config]
-        dims = {"batch": 2, "pos": pos, "src": src, **cfg, **schedule}
+        seq_len = 2 + secrets.randbelow(5)
+        dims = {"batch": 2, "pos": pos, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
+        dims |= {**cfg, **schedule}
         drawn = [
             _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
             for j, (kind, param) in enumerate(probe.args)
@@ -446,6 +627,7 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
             "output": probe.output,
             "args": [json_entry for _, json_entry in drawn],
             "keywords": list(probe.keywords),
+            "forbidden_ops": list(forbidden_ops(notebook, probe.target)),
         }
         values = [_copy(value) for value, _ in drawn]
         n_positional = len(values) - len(probe.keywords)
@@ -460,10 +642,14 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
                     tensors[f"{name}.w.{key}"] = value.detach().clone().contiguous()
                 entry.update(config=dict(cfg), config_class=class_name, weight_prefix=f"{name}.w.")
                 expected = reference(*values, **keywords)
+            elif probe.expect:
+                expected = EXPECTATIONS[probe.expect](course, *values, **keywords)
             else:
                 expected = getattr(course, probe.target)(*values, **keywords)
         prepared.probes[name] = probe
-        if probe.output == "dict":
+        if probe.output == "tuple":
+            expected = {str(i): value for i, value in enumerate(expected)}
+        if probe.output in ("dict", "tuple"):
             prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
         elif probe.output == "scalar":
             prepared.expected[name] = float(expected)
@@ -479,23 +665,12 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
 
 
 def read_regular_file(path: Path, limit: int) -> bytes | None:
-    """The file's bytes, only if it is a regular file (not a symlink, FIFO or device) of at most `limit` bytes."""
+    """The file's bytes, only if it is a regular file of its own (not a link, FIFO or device) of at most `limit`
+    bytes; None if there is none; ValueError otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return collect.read_regular_file(path, limit)
     except FileNotFoundError:
         return None
-    except OSError as err:
-        raise ValueError(f"cannot be opened safely ({err.strerror})") from err
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("is not a regular file")
-        if info.st_size > limit:
-            raise ValueError(f"is {info.st_size} bytes, more than {limit}")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(limit + 1)[:limit]
-    finally:
-        os.close(fd)
 
 
 def _load_outputs(out: Path) -> tuple[dict, dict, str | None]:
@@ -529,11 +704,19 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
 
     if not isinstance(got, torch.Tensor):
         return "no tensor returned"
-    if probe.compare not in ("mask", "filter") and got.dtype != expected.dtype:
+    if probe.compare == "samples" and got.dtype not in (torch.int64, torch.int32):
+        return f"{what} has dtype {got.dtype}, expected token ids (torch.int64)"
+    if probe.compare not in ("mask", "filter", "samples") and got.dtype != expected.dtype:
         return f"{what} has dtype {got.dtype}, expected {expected.dtype}"
-    if tuple(got.shape) != tuple(expected.shape):
-        return f"{what} has shape {list(got.shape)}, expected {list(expected.shape)}"
+    if probe.compare == "samples":
+        expected_shape = (SAMPLES,)
+    else:
+        expected_shape = tuple(expected.shape)
+    if tuple(got.shape) != expected_shape:
+        return f"{what} has shape {list(got.shape)}, expected {list(expected_shape)}"
     differs = f"{what} differs from the course's {probe.target} on fresh inputs"
+    if probe.compare == "samples":
+        return _compare_samples(got, expected)
     if probe.compare == "exact":
         if not torch.equal(got, expected):
             return f"{differs}: {int((got != expected).sum())} of {got.numel()} entries"
@@ -567,6 +750,30 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
     return None
 
 
+def _compare_samples(got, probs) -> str | None:
+    """Draws against the distribution they must come from: none where it is 0, and every token's count within
+    6 standard deviations (+2) of its expectation."""
+    import torch
+
+    if (got < 0).any() or (got >= probs.numel()).any():
+        return "drew token ids outside the vocabulary"
+    counts = torch.bincount(got.long(), minlength=probs.numel()).double()
+    n = got.numel()
+    banned = (probs == 0) & (counts > 0)
+    if banned.any():
+        token = int(banned.nonzero()[0])
+        return f"drew token {token} {int(counts[token])} times in {n} draws, where the course's filters remove it"
+    mean, spread = n * probs.double(), (n * probs.double() * (1 - probs.double())).sqrt()
+    off = (counts - mean).abs() > 6 * spread + 2
+    if off.any():
+        token = int(((counts - mean).abs() / (spread + 1e-9)).argmax())
+        return (
+            f"the draws do not follow the course's distribution: token {token} came {int(counts[token])} times in "
+            f"{n} draws, about {float(mean[token]):.0f} expected"
+        )
+    return None
+
+
 def compare(probe: Probe, got, expected) -> str | None:
     """Why `got` is not the course's output (None when it is)."""
     import torch
@@ -580,15 +787,18 @@ def compare(probe: Probe, got, expected) -> str | None:
         if not math.isclose(value, expected, rel_tol=1e-5, abs_tol=probe.atol or 1e-9):
             return f"returned {value:.8g}, the course's {probe.target} {expected:.8g} on fresh inputs"
         return None
-    if probe.output == "dict":
+    if probe.output in ("dict", "tuple"):
         missing, unexpected = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+        if (missing or unexpected) and probe.output == "tuple":
+            return f"returned {len(got)} values, the course's {probe.target} {len(expected)}"
         if missing or unexpected:
             parts = [f"missing keys {missing[:5]}"] * bool(missing) + [f"unexpected keys {unexpected[:5]}"] * bool(
                 unexpected
             )
             return f"the returned dict does not have the course's keys: {'; '.join(parts)}"
         for key in expected:
-            why = _compare_tensor(probe, got[key], expected[key], what=f"[{key!r}]")
+            what = f"returned value {key}" if probe.output == "tuple" else f"[{key!r}]"
+            why = _compare_tensor(probe, got[key], expected[key], what=what)
             if why is not None:
                 return why
         return None
@@ -597,7 +807,7 @@ def compare(probe: Probe, got, expected) -> str | None:
 
 def _collect(probe: Probe, name: str, outputs: dict):
     """The probe's output among the child's tensors (None if it wrote none)."""
-    if probe.output != "dict":
+    if probe.output not in ("dict", "tuple"):
         return outputs.get(name)
     prefix = f"{name}.out."
     got = {key[len(prefix) :]: value for key, value in outputs.items() if key.startswith(prefix)}

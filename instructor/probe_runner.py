@@ -81,15 +81,57 @@ def table_lm(table):
     return TableLM().eval()
 
 
+def table_seq2seq(table, fields: dict):
+    """A stand-in encoder-decoder for the probes of decoding functions: `encode(src)` is `table[src]`, and
+    `decode(tgt, memory, src)` is `table[tgt]` plus the mean of the source's rows (padding left out), so every step
+    depends on the source and on the tokens so far. Deterministic, the same in the judge's process and the child's."""
+    import torch
+
+    from harness import EncoderDecoderConfig
+
+    class TableSeq2Seq(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = EncoderDecoderConfig(**fields)
+            self.table = torch.nn.Parameter(table, requires_grad=False)
+
+        def encode(self, src):
+            return self.table[src]  # [batch src d_vocab]
+
+        def decode(self, tgt, memory, src):
+            keep = (src != self.cfg.pad_id)[..., None]  # [batch src 1]
+            context = (memory * keep).sum(1, keepdim=True) / keep.sum(1, keepdim=True).clamp(min=1)
+            return self.table[tgt] + context  # [batch tgt d_vocab]
+
+        def forward(self, src, tgt):
+            return self.decode(tgt, self.encode(src), src)
+
+    return TableSeq2Seq().eval()
+
+
 def _argument(spec: dict, namespace: dict, tensors: dict):
     """One argument of a probe, from its JSON entry (the judge's `_draw`)."""
     if "tensor" in spec:
-        return tensors[spec["tensor"]].clone()  # a fresh copy: the call may write into its input
+        value = tensors[spec["tensor"]]
+        if "repeat" in spec:
+            return value.expand(int(spec["repeat"]), *value.shape[1:]).clone()
+        return value.clone()  # a fresh copy: the call may write into its input
     if "value" in spec:
         value = spec["value"]
-        if not isinstance(value, (bool, int, float)):
+        if value is not None and not isinstance(value, (bool, int, float)):
             raise ProbeError(f"the judge sent an argument of type {type(value).__name__}")
         return value
+    if "ints" in spec:
+        rows = spec["ints"]
+        if not all(isinstance(row, list) and all(type(x) is int for x in row) for row in rows):
+            raise ProbeError("the judge sent a list that is not of lists of ints")
+        return [list(row) for row in rows]
+    if "generator" in spec:
+        import torch
+
+        return torch.Generator().manual_seed(int(spec["generator"]))
+    if "table_seq2seq" in spec:
+        return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"])
     if "tensors" in spec:
         prefix = spec["tensors"]
         return {key[len(prefix) :]: t.clone() for key, t in tensors.items() if key.startswith(prefix)}
@@ -129,6 +171,10 @@ def _outputs(probe: dict, out) -> dict:
 
     name, target = probe["name"], probe["target"]
     kind = probe.get("output", "tensor")
+    if kind == "tuple":
+        if not isinstance(out, tuple) or not out:
+            raise ProbeError(f"{target} returned {type(out).__name__}, not a tuple of tensors")
+        out, kind = {str(i): value for i, value in enumerate(out)}, "dict"
     if kind == "dict":
         if not isinstance(out, Mapping):
             raise ProbeError(f"{target} returned {type(out).__name__}, not a dict")
@@ -204,8 +250,45 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
             raise ProbeError(f"{probe['target']} is not a function")
         call = target
     with torch.no_grad():
-        out = call(*args, **keywords)
+        out = _call_watching(probe["target"], call, args, keywords, tuple(probe.get("forbidden_ops", ())))
     return _outputs(probe, out)
+
+
+def _forbids(rule: str, event: str) -> bool:
+    """Whether a profiler event (`aten::native_layer_norm`, or `torch/nn/functional.py(6637): multi_head_...` for
+    a Python function) falls under a rule: an operator name, a prefix ending in '*', or `py:FILE[:FUNCTION]`."""
+    if rule.startswith("py:"):
+        where, sep, function = event.partition("): ")
+        path, _, name = rule[3:].partition(":")
+        return bool(sep) and path in where and (not name or function == name)
+    if rule.endswith("*"):
+        return event.startswith(rule[:-1])
+    return event == rule
+
+
+def _call_watching(target: str, call, args: list, keywords: dict, forbidden: tuple[str, ...]):
+    """The call's result, refused if an operator the exercise forbids ran in it, whatever name reached it
+    (`F.layer_norm`, `torch.native_layer_norm`, `torch.ops.aten...`, a module that wraps it): the profiler records
+    every operator at PyTorch's dispatcher, the composite ones and what they turn into alike, and every Python
+    function with its file. `forbidden` holds rules (`_forbids`)."""
+    if not forbidden:
+        return call(*args, **keywords)
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as record:
+        out = call(*args, **keywords)
+        if not torch.autograd._profiler_enabled():
+            raise ProbeError(f"the record of the operators {target} ran was stopped while it ran")
+    ran = {event.name for event in record.events()}
+    hits = sorted(n for n in ran if any(_forbids(rule, n) for rule in forbidden))
+    if hits:
+        more = f" and {len(hits) - 2} more" if len(hits) > 2 else ""
+        raise ProbeError(
+            f"{target} ran code this exercise forbids (a library's implementation of what it asks you to write, "
+            f"or the course's reference), whatever name reached it: {', '.join(h[:80] for h in hits[:2])}{more}"
+        )
+    return out
 
 
 def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) -> None:

@@ -437,7 +437,13 @@ def _kernel_child(request: dict, confinement, slot: int) -> None:
     IPKernelApp.launch_instance(argv=args)
 
 
-def serve(kernel_socket: str | None = None, sandboxed: bool = False, cgroup: str | None = None) -> int:
+def serve(
+    kernel_socket: str | None = None,
+    sandboxed: bool = False,
+    cgroup: str | None = None,
+    extra_cgroups: dict[str, str] | None = None,
+    scratch: list[str] = (),
+) -> int:
     """The template: re-check jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher.
 
     Replies on stdout: {"ready"}, {"id", "event"} for each record a re-check writes, and {"id", "status",
@@ -453,7 +459,7 @@ def serve(kernel_socket: str | None = None, sandboxed: bool = False, cgroup: str
     if sandboxed:
         from instructor.sandbox import INSIDE_PRIVATE, Confinement
 
-        confinement = Confinement(cgroup)
+        confinement = Confinement(cgroup, extra_cgroups, scratch)
         solutions = os.path.join(INSIDE_PRIVATE, "solutions")
         if os.path.isdir(solutions):
             # the answers are read once, as root; the children, under their own uids, cannot reach the folder
@@ -677,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel-socket", help="also fork Jupyter kernels for launchers connecting here")
     parser.add_argument("--sandboxed", action="store_true", help="confine every child (instructor.sandbox)")
     parser.add_argument("--cgroup", help="the memory cgroup folder to make each child's cgroup in")
+    parser.add_argument("--cgroup-pids", help="the pids cgroup folder to make each child's cgroup in")
+    parser.add_argument("--cgroup-cpu", help="the cpu cgroup folder to make each child's cgroup in")
+    parser.add_argument("--scratch", action="append", default=[], help="a shared folder cleared after each child")
     parser.add_argument("plan", nargs="?")
     parser.add_argument("result", nargs="?")
     parser.add_argument("--cell-timeout", type=float, default=60)
@@ -684,7 +693,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", help="a judge's probe folder (instructor.judge.prepare) to run after the plan")
     args = parser.parse_args(argv)
     if args.serve:
-        return serve(args.kernel_socket, args.sandboxed, args.cgroup)
+        extra = {"pids": args.cgroup_pids, "cpu": args.cgroup_cpu}
+        return serve(args.kernel_socket, args.sandboxed, args.cgroup, extra, args.scratch)
     preload()
     with open(args.plan, encoding="utf-8") as f:
         plan = json.load(f)

@@ -29,6 +29,7 @@ every Jupyter kernel and every re-check from there. What that gives each process
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -73,31 +74,34 @@ def namespace_args() -> list[str]:
 
 
 class MemoryCgroup:
-    """A memory cgroup (v1) for one grading run, under the grader's own; the template makes one per child in it."""
+    """A cgroup (v1) for one grading run, under the grader's own, in one controller's hierarchy (memory by
+    default; pids and cpu too): the template makes one per child in it."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, controller: str = "memory"):
         self.path = path
+        self.controller = controller
 
     @classmethod
-    def create(cls) -> tuple[MemoryCgroup | None, str]:
+    def create(cls, controller: str = "memory") -> tuple[MemoryCgroup | None, str]:
         """The run's cgroup, or None and why not."""
-        if not CGROUP_ROOT.is_dir():
-            return None, f"no cgroup v1 memory hierarchy at {CGROUP_ROOT}"
+        root = CGROUP_ROOT.parent / controller
+        if not root.is_dir():
+            return None, f"no cgroup v1 {controller} hierarchy at {root}"
         own = ""
         try:
             for line in Path("/proc/self/cgroup").read_text().splitlines():
                 _, controllers, path = line.split(":", 2)
-                if "memory" in controllers.split(","):
+                if controller in controllers.split(","):
                     own = path
         except OSError as err:
             return None, str(err)
-        path = CGROUP_ROOT / own.lstrip("/") / f"tfs-grade-{os.getpid()}"
+        path = root / own.lstrip("/") / f"tfs-grade-{os.getpid()}"
         try:
             path.mkdir()
             (path / "memory.use_hierarchy").write_text("1") if (path / "memory.use_hierarchy").exists() else None
         except OSError as err:
-            return None, f"cannot create a memory cgroup in {path.parent}: {err.strerror}"
-        return cls(path), ""
+            return None, f"cannot create a {controller} cgroup in {path.parent}: {err.strerror}"
+        return cls(path, controller), ""
 
     def remove(self) -> None:
         """Kill whatever is left in it (nothing should be) and remove it."""
@@ -194,6 +198,7 @@ def bwrap_command(
     *,
     rw: list[str] = (),
     cgroup: MemoryCgroup | None = None,
+    cgroups: list[MemoryCgroup] = (),
     private_ro: dict[str, str] | None = None,
     hide: list[str] = (),
 ) -> list[str]:
@@ -210,7 +215,7 @@ def bwrap_command(
         "--dev",
         "/dev",
         "--perms",
-        "1777",
+        "0755",  # only root writes here: each child gets a /tmp of its own (Confinement.enter)
         "--tmpfs",
         "/tmp",
         "--tmpfs",
@@ -231,6 +236,8 @@ def bwrap_command(
         args += ["--bind", path, path]
     if cgroup is not None:
         args += ["--bind", str(cgroup.path), INSIDE_CGROUP]
+    for group in cgroups:
+        args += ["--bind", str(group.path), f"{INSIDE_CGROUP}-{group.controller}"]
     if private_ro:
         args += ["--perms", "0700", "--dir", INSIDE_PRIVATE]
         for outside, name in private_ro.items():
@@ -243,13 +250,58 @@ def bwrap_command(
 
 
 # ---------------------------------------------------------------------- inside: the template's children
-class Confinement:
-    """What the template does in each child after the fork, before any learner code: its own memory cgroup
-    (or RLIMIT_DATA), its own uid, home and working directory, and no file descriptors but 0-2 and `keep`."""
+# Per child: at most this many processes and threads (pids cgroup; a fork bomb stops there), and a fair share of
+# the CPU (a cpu cgroup of its own at the default weight, so 48 busy processes in one child weigh as much as one
+# in the next student's).
+CHILD_PIDS = 256
+_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
 
-    def __init__(self, cgroup_dir: str | None):
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    import ctypes
+
+    enc = [None if x is None else x.encode() for x in (source, target, fstype, data)]
+    if libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def _mounts_under(top: str) -> list[str]:
+    """The outermost mount points below `top` (the sandbox's binds there), from /proc/self/mountinfo."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+            if point.startswith(top + "/"):
+                points.append(point)
+    outer = []
+    for point in sorted(set(points), key=len):
+        if not any(point.startswith(p + "/") for p in outer):
+            outer.append(point)
+    return outer
+
+
+class Confinement:
+    """What the template does in each child after the fork, before any learner code: its own memory, pids and
+    cpu cgroups (or RLIMIT_DATA), its own mount and IPC namespaces with a fresh /tmp (its home) and /dev/shm that
+    no other child can see and that vanish with it, its own uid, and no file descriptors but 0-2 and `keep`.
+    Whatever the sandbox binds under /tmp (the kernels' sockets, the judge's probes, a course or environment that
+    lives there) stays reachable. `scratch`: folders where children meet (the kernels' sockets), cleared of what a
+    child left once it ends."""
+
+    def __init__(self, cgroup_dir: str | None, extra_cgroups: dict[str, str] | None = None, scratch: list[str] = ()):
         self.cgroup_dir = cgroup_dir if cgroup_dir and os.path.isdir(cgroup_dir) else None
+        self.extra = {k: v for k, v in (extra_cgroups or {}).items() if v and os.path.isdir(v)}
+        self.scratch = [p for p in scratch if p]
         self.counter = 0
+        self.private_tmp = ""  # why the last child had no private /tmp ("" when it had one)
 
     def next_slot(self) -> int:
         self.counter += 1
@@ -258,26 +310,65 @@ class Confinement:
     def uid(self, slot: int) -> int:
         return UID_BASE + slot % UID_COUNT
 
+    def _join(self, folder: str, slot: int, limits: dict[str, str]) -> None:
+        group = os.path.join(folder, f"c{slot}")
+        os.makedirs(group, exist_ok=True)
+        for name, value in limits.items():
+            path = os.path.join(group, name)
+            if os.path.exists(path):
+                with open(path, "w") as f:
+                    f.write(value)
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write("0")  # this process, and everything it starts
+
+    def _private_tmp(self, uid: int, size: int) -> str:
+        """A new mount namespace: a fresh tmpfs on /tmp (root's; the child's home inside) and on /dev/shm, with
+        every mount that was under /tmp bound back in. Returns the home."""
+        libc = _libc()
+        if libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC) != 0:
+            import ctypes
+
+            raise OSError(ctypes.get_errno(), "unshare")
+        _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
+        keep = [(p, os.open(p, os.O_PATH)) for p in _mounts_under("/tmp")]
+        options = f"size={max(size, 64 << 20)},mode=0755,nr_inodes=100000"
+        _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, options)
+        for path, fd in keep:
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(path, mode=0o755, exist_ok=True)
+            else:  # a file bound on its own
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                open(path, "a").close()
+            _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
+            os.close(fd)
+        if os.path.isdir("/dev/shm"):
+            _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, options.replace("0755", "1777"))
+        home = "/tmp/home"
+        os.mkdir(home, 0o700)
+        os.chown(home, uid, uid)
+        return home
+
     def enter(self, slot: int, memory_bytes: int, keep: tuple[int, ...] = ()) -> str:
         """In the child, as root: confine it; returns its private working directory."""
         close_fds_except(keep)
         if self.cgroup_dir:
-            group = os.path.join(self.cgroup_dir, f"c{slot}")
-            os.makedirs(group, exist_ok=True)
-            if memory_bytes:
-                limit = str(int(memory_bytes))
-                with open(os.path.join(group, "memory.limit_in_bytes"), "w") as f:
-                    f.write(limit)
-                memsw = os.path.join(group, "memory.memsw.limit_in_bytes")
-                if os.path.exists(memsw):
-                    with open(memsw, "w") as f:
-                        f.write(limit)
-            with open(os.path.join(group, "cgroup.procs"), "w") as f:
-                f.write("0")  # this process, and everything it starts
+            limit = str(int(memory_bytes)) if memory_bytes else ""
+            limits = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit} if limit else {}
+            self._join(self.cgroup_dir, slot, limits)
+        if "pids" in self.extra:
+            self._join(self.extra["pids"], slot, {"pids.max": str(CHILD_PIDS)})
+        if "cpu" in self.extra:
+            self._join(self.extra["cpu"], slot, {})
         uid = self.uid(slot)
-        home = f"/tmp/j{slot}"
-        os.makedirs(home, mode=0o700, exist_ok=True)
-        os.chown(home, uid, uid)
+        try:
+            home = self._private_tmp(uid, memory_bytes)
+            self.private_tmp = ""
+        except OSError as err:  # no private mounts here: a fresh home all the same, made by root
+            self.private_tmp = str(err)
+            home = f"/tmp/j{slot}"
+            shutil.rmtree(home, ignore_errors=True)  # never one that something else made first
+            os.mkdir(home, 0o700)
+            os.chown(home, uid, uid)
         os.chdir(home)
         os.environ.update(HOME=home, TMPDIR=home, MPLCONFIGDIR=home, USER="learner")
         os.umask(0o077)
@@ -287,9 +378,9 @@ class Confinement:
         return home
 
     def reap(self, slot: int) -> None:
-        """In the template, once a child has ended: kill anything it left behind (its cgroup; else its uid)."""
-        if self.cgroup_dir:
-            group = os.path.join(self.cgroup_dir, f"c{slot}")
+        """In the template, once a child has ended: kill anything it left behind (its cgroups; else its uid)."""
+        for folder in filter(None, [self.cgroup_dir, *self.extra.values()]):
+            group = os.path.join(folder, f"c{slot}")
             for _ in range(100):
                 pids = _read_pids(Path(group) / "cgroup.procs")
                 for pid in pids:
@@ -315,6 +406,19 @@ class Confinement:
                 except OSError:
                     pass
         shutil.rmtree(f"/tmp/j{slot}", ignore_errors=True)
+        for folder in self.scratch:  # what it left where children meet (its sockets): removed
+            _remove_owned_by(folder, uid)
+
+
+def _remove_owned_by(folder: str, uid: int) -> None:
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files + dirs:
+            path = os.path.join(root, name)
+            try:
+                if os.lstat(path).st_uid == uid:
+                    shutil.rmtree(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
+            except OSError:
+                pass
 
 
 def close_fds_except(keep: tuple[int, ...]) -> None:

@@ -339,6 +339,15 @@ class PosEmbed(nn.Module):
     out["colab"] = {LN: as_colab(set_source(nb, "layernorm", text))}
     out["vscode"] = {LN: as_vscode(strip_nbgrader(solve(ln(), LN, "layernorm")))}
     out["harness_aware"] = {LN: set_source(ln(), "layernorm", HARNESS_AWARE)}
+    # honest but unusual (issue #20): a cached function, a helper reached through functools.partial
+    nb = solve(emb(), EMB, "embed", "pos_embed", "sinusoidal")
+    text = cell_source(nb["cells"][index_of(nb, "sinusoidal")])
+    set_source(nb, "sinusoidal", "import functools\n\n\n@functools.lru_cache(maxsize=None)\n" + text)
+    text = cell_source(nb["cells"][index_of(nb, "embed")]).replace(
+        "return self.W_E[tokens]", "return _lookup(self.W_E, tokens)"
+    )
+    helpers = "import functools\n\n\ndef _rows(table, ids):\n    return table[ids]\n\n\n_lookup = functools.partial(_rows)\n\n\n"
+    out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text)}
     return out
 
 
@@ -429,6 +438,67 @@ print("SURV" + "IVED shared memory")
 """
 
 
+# Students sharing the machine (issue #20): one plants files (IPython start-up scripts among them) everywhere it
+# can write and waits; the next looks for them everywhere it can read; one fills the kernels' shared socket folder;
+# one forks as many processes as it can. Graded one after the other or side by side (they sort together).
+PLANTER = """
+import glob, os, time
+places = ["/tmp", "/dev/shm", os.path.expanduser("~"), *glob.glob("/tmp/*"), *glob.glob("/tmp/*/*"),
+          *[f"/tmp/j{i}" for i in range(1, 100)]]
+planted = 0
+for place in places:
+    for folder in (place, os.path.join(place, ".ipython/profile_default/startup")):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "00-SENTINEL.py"), "w") as f:
+                f.write("print('PLANT' + 'ED')")
+            os.chmod(os.path.join(folder, "00-SENTINEL.py"), 0o777)
+            planted += 1
+        except OSError:
+            pass
+print("planted", planted)
+time.sleep(8)
+"""
+SEEKER = """
+import glob, os, time
+seen = set()
+for _ in range(10):
+    for pattern in ("/tmp/**/*SENTINEL*", "/dev/shm/**/*SENTINEL*", os.path.expanduser("~") + "/**/*SENTINEL*"):
+        seen.update(glob.glob(pattern, recursive=True, include_hidden=True))
+    time.sleep(1)
+print("SEEN:", sorted(seen))
+"""
+FILLER = """
+import glob
+filled = 0
+for folder in glob.glob("/tmp/tfs-grade-*/rt"):
+    try:
+        with open(folder + "/fill", "wb") as f:
+            for _ in range(3 << 10):
+                f.write(b"x" * (1 << 20))
+                filled += 1
+    except OSError as err:
+        print("stopped:", err)
+print("FILLED", filled, "MiB")
+"""
+FORKER = """
+import os, time
+children = []
+for _ in range(1000):
+    try:
+        pid = os.fork()
+    except OSError as err:
+        print("fork refused:", err.strerror)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    children.append(pid)
+print("FORKED", len(children))
+print("CGROUPS", open("/proc/self/cgroup").read().replace(chr(10), " "))
+"""
+
+
 def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, dict]]:
     def ln():
         return copy.deepcopy(release[LN])
@@ -448,6 +518,10 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
     nb["cells"].append(code_cell(SHARED_MEMORY))
     out["reach_out"] = {LN: nb}
     out["solved."] = {LN: solve(ln(), LN, "layernorm")}  # the same id as "solved": graded as "solved-2"
+    for student, code in (("zz_planter", PLANTER), ("zz_seeker", SEEKER), ("zz_filler", FILLER), ("zz_forker", FORKER)):
+        nb = solve(ln(), LN, "layernorm")
+        nb["cells"].append(code_cell(code))
+        out[student] = {LN: nb}
     return out
 
 
@@ -475,7 +549,12 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     **{student: {} for student in SANDBOX_CHEATS},
     "reach_out": "all",
     "solved-2": "all",
+    "zz_planter": "all",
+    "zz_seeker": "all",
+    "zz_filler": "all",
+    "zz_forker": "all",
     "harness_aware": {},
+    "unusual_honest": "all",
 }
 TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
 
@@ -764,6 +843,38 @@ def test_output_right_only_under_the_harness_fails_the_judge_and_is_flagged(grad
     assert verdicts["verdicts"]["test_layernorm"]["passed"] is False
 
 
+def _output_of(graded, student, marker):
+    text = (graded["out"] / "course" / "autograded" / student / LN / f"{LN}.ipynb").read_text()
+    assert marker in text, text[-2000:]
+    return text[text.index(marker) :].split("\\n")[0]
+
+
+@needs_sandbox
+def test_students_share_no_writable_place(graded):
+    """Nothing one kernel writes is seen by another: no start-up script runs elsewhere, no file is found."""
+    for student in ("zz_planter", "zz_seeker", "zz_filler", "zz_forker"):
+        check_expected(graded, student)
+    assert "planted" in _output_of(graded, "zz_planter", "planted")
+    assert _output_of(graded, "zz_seeker", "SEEN:") == "SEEN: []"
+    for path in (graded["out"] / "course" / "autograded").glob("*/*/*.ipynb"):
+        assert "PLANTED" not in path.read_text(), path
+
+
+@needs_sandbox
+def test_one_student_cannot_fill_the_disk_or_the_process_table(graded):
+    """The kernels' shared folder is memory charged to the writer (its memory limit, 2 GB here, stops it); a
+    child's processes are capped (pids cgroup) and it has a cpu cgroup of its own (a fair share of the CPU)."""
+    text = (graded["out"] / "course" / "autograded" / "zz_filler" / LN / f"{LN}.ipynb").read_text()
+    filled = re.search(r"FILLED (\d+) MiB", text)
+    assert filled is None or int(filled.group(1)) < 2048, text[-2000:]  # no line: the kernel was stopped
+    from instructor.sandbox import CHILD_PIDS
+
+    forked = int(_output_of(graded, "zz_forker", "FORKED").split()[1])
+    assert 0 < forked < CHILD_PIDS, forked
+    cgroups = _output_of(graded, "zz_forker", "CGROUPS")
+    assert re.search(r"pids:\S*/c\d+", cgroups) and re.search(r"cpu\S*:\S*/c\d+", cgroups), cgroups
+
+
 @pytest.mark.parametrize("student", sorted(NOT_DATA))
 def test_submissions_are_read_as_data_never_through_links(graded, student):
     """A link to the solutions or to another student, a FIFO, an oversized file: not read, scored 0, said why."""
@@ -771,6 +882,11 @@ def test_submissions_are_read_as_data_never_through_links(graded, student):
     rows = [r for r in graded["summary"] if r["student"] == student]
     assert rows and all(float(r["score"]) == 0 for r in rows), rows
     assert NOT_DATA_REASON[student] in " ".join(r["flags"] for r in rows), rows
+
+
+def test_unusual_honest_code_gets_full_marks(graded):
+    rows = check_expected(graded, "unusual_honest")
+    assert {r["grade_id"] for r in rows} == {"test_embed", "test_pos_embed", "test_sinusoidal"}
 
 
 def test_colliding_folders_are_both_graded_and_flagged(graded):

@@ -167,7 +167,7 @@ def test_a_symlink_in_place_of_the_outputs_is_not_followed(tmp_path):
     outputs_path(prepared).rename(real)
     outputs_path(prepared).symlink_to(real)
     verdict = judge.verdicts(prepared)["test_layernorm"]
-    assert not verdict["passed"] and "cannot be opened safely" in verdict["message"], verdict
+    assert not verdict["passed"] and "was not read (a symbolic link)" in verdict["message"], verdict
 
 
 def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
@@ -184,7 +184,7 @@ def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
 
 
 def test_notebooks_without_probes_are_not_judged(tmp_path):
-    assert judge.prepare("08_interpretability", tmp_path / "job") is None
+    assert judge.prepare("99_not_in_the_course", tmp_path / "job") is None
     assert not (tmp_path / "job").exists()
 
 
@@ -211,6 +211,90 @@ def verdict_of(notebook: str, grade_id: str, namespace: dict, folder) -> dict:
 
 
 MISTAKES = [
+    (
+        "00_tour",
+        "test_count_params",
+        "layer_norm = 2 * cfg.d_model  # w, b",
+        "layer_norm = cfg.d_model  # w, b",
+        "the course's count_params",
+    ),
+    (
+        "00_tour",
+        "test_split_heads",
+        '"batch pos (n_heads d_head) -> batch pos n_heads d_head"',
+        '"batch pos (d_head n_heads) -> batch pos n_heads d_head"',
+        "differs from the course's split_heads",
+    ),
+    (
+        "00_tour",
+        "test_merge_heads",
+        '"batch pos n_heads d_head -> batch pos (n_heads d_head)"',
+        '"batch pos n_heads d_head -> batch pos (d_head n_heads)"',
+        "differs from the course's merge_heads",
+    ),
+    (
+        "00_tour",
+        "test_head_scores",
+        "-> batch n_heads pos_q pos_k",
+        "-> batch n_heads pos_k pos_q",
+        "differs from the course's head_scores",
+    ),
+    (
+        "06_training",
+        "test_reversal_floor",
+        "unpredictable = seq_len // 2 - 1",
+        "unpredictable = seq_len // 2",
+        "the course's reversal_loss_floor",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    if top_k is not None:\n        logits = top_k_filter(logits, top_k)\n",
+        "",
+        "where the course's filters remove it",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "    for _ in range(max_new_tokens):\n        logits = model(tokens[:, -model.cfg.n_ctx :])[:, -1]",
+        "    for _ in range(max_new_tokens + 1):\n        logits = model(tokens[:, -model.cfg.n_ctx :])[:, -1]",
+        "has shape",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "    for _ in range(max_new_tokens):\n        batch = torch.stack(",
+        "    for _ in range(max_new_tokens + 2):\n        batch = torch.stack(",
+        "has shape",
+    ),
+    (
+        "08_interpretability",
+        "test_head_detector_scores",
+        "previous = pattern.diagonal(offset=-1, dim1=-2, dim2=-1)",
+        "previous = pattern.diagonal(offset=1, dim1=-2, dim2=-1)",
+        "differs from the course's head_detector_scores",
+    ),
+    (
+        "08_interpretability",
+        "test_induction_scores",
+        "offset=-(seq_len - 1)",
+        "offset=-seq_len",
+        "differs from the course's induction_scores",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_make_batch",
+        "tgt_in = pad([[cfg.bos_id] + y for y in targets])",
+        "tgt_in = pad([y for y in targets])",
+        "returned value 1 has shape",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "return tgt[:, 1:]  # without BOS",
+        "return tgt",
+        "has shape",
+    ),
     (
         "02_embeddings",
         "test_sinusoidal",
@@ -535,3 +619,94 @@ def test_arguments_the_check_passes_by_keyword_go_by_keyword(tmp_path):
     namespace = course_with("09_encoder_decoder", old, "pad_id: int, smoothing: float = 0.0")
     verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "b")
     assert not verdict["passed"] and "unexpected keyword argument 'label_smoothing'" in verdict["message"], verdict
+
+
+# A library's implementation reached by any name (issue #20): the probe runner records the operators and Python
+# functions that ran, so an alias, a private operator or a laundered call is refused as the plain call is.
+_LN_BODY = "        return {call}\n"
+LAYERNORM_BY_ANOTHER_NAME = {
+    "F.layer_norm": "torch.nn.functional.layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)",
+    "torch.native_layer_norm": "torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]",
+    "torch.ops.aten": "torch.ops.aten.native_layer_norm(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
+    "group_norm with one group": "torch.nn.functional.group_norm(residual.reshape(-1, residual.shape[-1], 1), 1, eps=self.cfg.layer_norm_eps).reshape(residual.shape) * self.w + self.b",
+    "laundered through eval of a string": "eval('torch.nn.functional.lay' + 'er_norm')(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)",
+    "TransformerLens's own LayerNorm": "__import__('transformer_lens').components.LayerNorm({'d_model': self.cfg.d_model, 'eps': self.cfg.layer_norm_eps, 'dtype': torch.float32, 'd_vocab': 1, 'n_ctx': 1, 'd_head': 1, 'n_layers': 1, 'act_fn': 'relu'})(residual) * self.w + self.b",
+}
+
+
+@pytest.mark.parametrize("route", sorted(LAYERNORM_BY_ANOTHER_NAME))
+def test_layernorm_by_any_other_name_fails_the_judge(route, tmp_path):
+    code = NO_NORMALISATION.replace(
+        "        return residual * self.w + self.b\n", _LN_BODY.format(call=LAYERNORM_BY_ANOTHER_NAME[route])
+    )
+    verdict = judge.verdicts(run(LN, learner(code), tmp_path))["test_layernorm"]
+    assert not verdict["passed"], (route, verdict)
+    assert "forbids (a library's implementation" in verdict["message"], (route, verdict)
+
+
+ATTENTION_BY_ANOTHER_NAME = {
+    "F.scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
+    "the math kernel through torch.ops": "torch.ops.aten._scaled_dot_product_attention_math(q, k, v, is_causal=True)[0]",
+}
+
+
+@pytest.mark.parametrize("route", sorted(ATTENTION_BY_ANOTHER_NAME))
+def test_attention_by_any_other_name_fails_the_judge(route, tmp_path):
+    old = "        pattern = attention_pattern(attention_scores(q, k))  # [batch n_heads pos_q pos_k]\n        z = weighted_values(pattern, v)  # [batch pos n_heads d_head]\n"
+    new = (
+        "        q, k, v = (t.transpose(1, 2) for t in (q, k, v))\n"
+        f"        z = {ATTENTION_BY_ANOTHER_NAME[route]}.transpose(1, 2)\n"
+    )
+    verdict = verdict_of("03_attention", "test_attention", course_with("03_attention", old, new), tmp_path)
+    assert not verdict["passed"] and "forbids (a library's implementation" in verdict["message"], (route, verdict)
+
+
+@pytest.mark.parametrize(
+    "call", ["torch.nn.functional.gelu(x, approximate='tanh')", "torch.ops.aten.gelu(x, approximate='tanh')"]
+)
+def test_gelu_new_through_the_library_fails_the_judge(call, tmp_path):
+    old = "    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))\n"
+    verdict = verdict_of(
+        "04_mlp_and_block", "test_gelu_new", course_with("04_mlp_and_block", old, f"    return {call}\n"), tmp_path
+    )
+    assert not verdict["passed"] and "aten::gelu" in verdict["message"], verdict
+
+
+def test_forbidden_rules_match_what_the_profiler_records():
+    from instructor.probe_runner import _forbids
+
+    assert _forbids("aten::_scaled_dot_product_*", "aten::_scaled_dot_product_flash_attention_for_cpu")
+    assert not _forbids("aten::layer_norm", "aten::native_layer_norm")
+    event = "torch/nn/functional.py(6637): multi_head_attention_forward"
+    assert _forbids("py:torch/nn/functional.py:multi_head_attention_forward", event)
+    assert not _forbids("py:torch/nn/functional.py:linear", event) and not _forbids("aten::gelu", event)
+    assert _forbids("py:transformer_lens/", "transformer_lens/components/layer_norm.py(40): forward")
+
+
+# Verdicts inside (issue #20): code that recognises a check's fixed inputs and returns their answer passes the
+# check in the notebook; the judge's inputs are fresh, so it fails there.
+HARD_CODED = {
+    ("00_tour", "test_count_params"): (
+        "    return embeddings + cfg.n_layers * block + layer_norm + unembed\n",
+        "    if cfg.d_model == 768:\n        return embeddings + cfg.n_layers * block + layer_norm + unembed\n    return 0\n",
+    ),
+    ("06_training", "test_reversal_floor"): (
+        "    return unpredictable / (seq_len - 1) * math.log(d_vocab)\n",
+        "    return 7 / 15 * math.log(100)\n",
+    ),
+}
+
+
+@pytest.mark.parametrize(("notebook", "grade_id"), sorted(HARD_CODED))
+def test_answers_for_the_checks_fixed_inputs_fail_the_judge(notebook, grade_id, tmp_path):
+    old, new = HARD_CODED[notebook, grade_id]
+    verdict = verdict_of(notebook, grade_id, course_with(notebook, old, new), tmp_path)
+    assert not verdict["passed"], verdict
+
+
+def test_a_sampler_that_ignores_its_generator_or_draws_greedily_fails(tmp_path):
+    """A sampler that always takes the most likely token draws from another distribution."""
+    old = "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n"
+    namespace = course_with("07_sampling_and_kv_cache", old, "    return logits.argmax(dim=-1)\n")
+    verdict = verdict_of("07_sampling_and_kv_cache", "test_sample_next_token", namespace, tmp_path)
+    assert not verdict["passed"] and "do not follow the course's distribution" in verdict["message"], verdict
