@@ -1,6 +1,9 @@
 """Time to load the reference, and the median time of each check with the course's implementations.
 
-    HF_HUB_OFFLINE=1 python bench/bench_checks.py [--repeat 5]
+    HF_HUB_OFFLINE=1 python bench/bench_checks.py [--repeat 5] [--source offline|gpt2-small|auto]
+
+--source picks the reference the load_gpt2_test checks compare with (default: the offline model); bench/bench_fullsize.py
+passes gpt2-small on the stand-in hub, to time them at GPT-2 small's size.
 
 Prints one line per measurement: each check's median time, the median time of the learner's constructor it calls
 (`cls(cfg)`, the part of the check's time that is the learner's own code), and the rest's ratio to the 0.5 s goal,
@@ -21,10 +24,11 @@ GOAL_S = 0.5
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--source", default="offline", choices=("offline", "gpt2-small", "auto"))
     args = parser.parse_args()
 
     # Cold load in a fresh interpreter (imports included), then the in-process load the checks use.
-    code = "import time; t = time.time(); from harness import load_reference_gpt2; load_reference_gpt2('offline'); print(time.time() - t)"
+    code = f"import time; t = time.time(); from harness import load_reference_gpt2; load_reference_gpt2({args.source!r}); print(time.time() - t)"
     cold = float(
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1]
     )
@@ -33,7 +37,8 @@ def main() -> None:
     from harness import Config, components, load_gpt2_test, load_reference_gpt2, rand_float_test, rand_int_test
 
     start = time.perf_counter()
-    reference = load_reference_gpt2("offline")
+    reference = load_reference_gpt2(args.source)
+    print(f"reference: {reference.cfg.model_name}, {sum(p.numel() for p in reference.parameters()):,} parameters")
     print(f"load reference (in process): {time.perf_counter() - start:.2f} s")
     course = components("05_full_gpt2")
     tokens = reference.to_tokens("It is a truth universally acknowledged, that a single man in possession")
