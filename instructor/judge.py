@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from instructor import collect
-from instructor.probe_runner import ERRORS, OUT_DIR, OUTPUTS, REQUEST
+from instructor.probe_runner import ERRORS, OUT_DIR, OUTPUTS, REQUEST, SCRIPTS, param_group_decay
 
 # A small GPT-2 shape (every size different, so a transposed or mixed-up dimension shows), cheap to run.
 SMALL = {
@@ -50,6 +50,8 @@ SMALL = {
     "layer_norm_eps": 1e-5,
     "init_range": 0.02,
 }
+# An end-of-sequence id no model of SMALL's vocabulary emits: every row then runs its full length.
+NEVER_EOS = (SMALL["d_vocab"], SMALL["d_vocab"])
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
     "d_model": 24,
@@ -91,6 +93,7 @@ class Probe:
     atol: float | None = None  # the check's own absolute tolerance, where it is looser than the default
     keywords: tuple[str, ...] = ()  # the names of the last arguments, passed by keyword
     expect: str | None = None  # what the expected output is, where it is not the course's return value
+    script: str | None = None  # how a module is run (`probe_runner.SCRIPTS`), where it is not one call
 
 
 BATCH_POS_MODEL = (("float", ("batch", "pos", "d_model")),)
@@ -228,6 +231,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             atol=1e-4,  # as masked_loss_test
         ),
         _fn("test_reversal_floor", "reversal_loss_floor", ("even", (4, 64)), ("int", (2, 1000)), output="scalar"),
+        _fn(
+            "test_weight_decay_groups",
+            "weight_decay_groups",
+            ("course_model", ("05_full_gpt2", "DemoTransformer")),
+            ("real", (0.01, 0.3)),
+            output="param_groups",
+        ),
     ),
     "07_sampling_and_kv_cache": (
         _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.2, 3.0)), compare="softmax"),
@@ -260,16 +270,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("none", None), ("real", (0.3, 0.9)), ("real", (0.5, 2.0))),
             )
         ),
-        _fn(  # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly
-            "test_generate",
-            "generate",
-            ("table_lm", None),
-            ("tokens", ("batch", "pos")),
-            ("int", (4, 16)),
-            ("int", (0, 100)),
-            ("int", (1, 1)),
-            keywords=("eos_token_id", "top_k"),
-            compare="exact",
+        *(
+            _fn(  # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly
+                "test_generate",
+                "generate",
+                ("table_lm", None),
+                ("tokens", ("batch", "pos")),
+                ("int", (4, 16)),
+                ("int", eos),
+                ("int", (1, 1)),
+                keywords=("eos_token_id", "top_k"),
+                compare="exact",
+            )
+            for eos in (NEVER_EOS, (0, SMALL["d_vocab"] - 1))
         ),
         *(
             _fn(
@@ -280,10 +293,21 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("int", (2, 4)),
                 ("int", (2, 6)),
                 ("int", ngram),
-                ("int", (0, 100)),
+                ("int", eos),
                 compare="exact",
             )
-            for ngram in ((0, 0), (2, 3))
+            for ngram, eos in (((0, 0), NEVER_EOS), ((0, 0), (0, SMALL["d_vocab"] - 1)), ((2, 3), NEVER_EOS))
+        ),
+        Probe(  # the prompt at once, then token by token with the cache: every position's logits
+            "test_kv_cache", "KVCacheTransformer", (("tokens", ("batch", "pos")), ("int", (1, 2))), script="kv_steps"
+        ),
+        _fn(
+            "test_cached_generate",
+            "cached_generate",
+            ("module", "KVCacheTransformer"),
+            ("tokens", ("batch", "short_pos")),
+            ("int", (1, 4)),
+            compare="exact",
         ),
     ),
     "08_interpretability": (
@@ -399,14 +423,21 @@ class Prepared:
 
 def _random_parameters(module, gen) -> None:
     """Every parameter drawn afresh (not the init defaults, which a learner could rely on): matrices scaled by
-    their input size so activations stay of order 1, vectors around 0 with unit spread."""
+    their input size so activations stay of order 1, embedding tables (looked up, not multiplied) of unit spread,
+    vectors around 0 with unit spread, biases smaller (0.2): biases are the same at every position, and large
+    ones would make every position's output alike, so a mistake about positions or tokens would hardly show."""
     import torch
 
     with torch.no_grad():
-        for param in module.parameters():
+        for name, param in module.named_parameters():
             values = torch.randn(param.shape, generator=gen)
-            if param.dim() >= 2:
+            last = name.rsplit(".", 1)[-1]
+            if last in ("W_E", "W_pos") or "embed" in last.lower():
+                pass
+            elif param.dim() >= 2:
                 values /= param.shape[-2] ** 0.5
+            elif last.startswith("b"):
+                values *= 0.2
             param.copy_(values)
 
 
@@ -518,9 +549,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         return value, {"value": value}
     if kind == "none":
         return None, {"value": None}
-    if (
-        kind == "config" and param == "random"
-    ):  # every field its own size: a d_model mistaken for n_heads * d_head shows
+    import harness
+
+    if kind == "config" and param == "random":
+        # every field its own size: a d_model mistaken for n_heads * d_head shows
         fields = {
             "d_model": _randint(8, 96, gen),
             "n_heads": _randint(1, 12, gen),
@@ -533,8 +565,6 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         return Config(**fields), {"config": "Config", "fields": fields}
     if kind == "config":
         class_name, fields = CONFIGS[param or "gpt2"]
-        import harness
-
         return getattr(harness, class_name)(**fields), {"config": class_name, "fields": dict(fields)}
     if kind == "generator":
         seed = _randint(0, 2**31, gen)
@@ -550,6 +580,20 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             [_randint(3, dims["d_vocab"] - 1, gen) for _ in range(_randint(lo, hi, gen))] for _ in range(dims[rows])
         ]
         return lists, {"ints": lists}
+    if kind == "module":  # the learner's class in the child, the course's here; the same random weights
+        class_name, fields = CONFIGS["gpt2"]
+        reference = getattr(course, param)(getattr(harness, class_name)(**fields))
+        _random_parameters(reference, gen)
+        for k, v in reference.state_dict().items():
+            tensors[f"{key}.w.{k}"] = v.detach().clone().contiguous()
+        spec = {"module": param, "config_class": class_name, "config": dict(fields), "weight_prefix": f"{key}.w."}
+        return reference.eval(), spec
+    if kind == "course_model":
+        notebook, class_name = param
+        from harness.course import components
+
+        model = getattr(components(notebook), class_name)(Config(**SMALL))
+        return model, {"course_model": class_name, "notebook": notebook, "config": dict(SMALL)}
     if kind == "table_seq2seq":
         table = torch.randn((dims["d_vocab"], dims["d_vocab"]), generator=gen)
         table[:, dims["eos_id"]] += 1.0  # EOS often enough that rows finish at different steps
@@ -614,6 +658,7 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
         class_name, cfg = CONFIGS[probe.config]
         seq_len = 2 + secrets.randbelow(5)
         dims = {"batch": 2, "pos": pos, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
+        dims["short_pos"] = 2 + secrets.randbelow(SMALL["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
         dims |= {**cfg, **schedule}
         drawn = [
             _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
@@ -641,11 +686,17 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
                 for key, value in reference.state_dict().items():
                     tensors[f"{name}.w.{key}"] = value.detach().clone().contiguous()
                 entry.update(config=dict(cfg), config_class=class_name, weight_prefix=f"{name}.w.")
-                expected = reference(*values, **keywords)
+                if probe.script:
+                    entry["script"] = probe.script
+                    expected = SCRIPTS[probe.script](reference, *values, **keywords)
+                else:
+                    expected = reference(*values, **keywords)
             elif probe.expect:
                 expected = EXPECTATIONS[probe.expect](course, *values, **keywords)
             else:
                 expected = getattr(course, probe.target)(*values, **keywords)
+            if probe.output == "param_groups":
+                expected = param_group_decay(expected, values[0])
         prepared.probes[name] = probe
         if probe.output == "tuple":
             expected = {str(i): value for i, value in enumerate(expected)}

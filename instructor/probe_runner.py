@@ -14,6 +14,7 @@ and so `torch.save`/`torch.load`, can).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -132,6 +133,14 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         return torch.Generator().manual_seed(int(spec["generator"]))
     if "table_seq2seq" in spec:
         return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"])
+    if "module" in spec:  # the learner's class, with the judge's weights
+        return build_module(spec["module"], namespace.get(spec["module"]), spec, tensors)
+    if "course_model" in spec:  # an earlier notebook's model, the course's own (its parameters' names are what count)
+        import harness
+        from harness.course import components
+
+        model = getattr(components(spec["notebook"]), spec["course_model"])
+        return model(harness.Config(**spec["config"]))
     if "tensors" in spec:
         prefix = spec["tensors"]
         return {key[len(prefix) :]: t.clone() for key, t in tensors.items() if key.startswith(prefix)}
@@ -220,38 +229,89 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     keywords = dict(zip(names, args[len(args) - len(names) :], strict=True))
     args = args[: len(args) - len(names)]
     if probe["kind"] == "module":
-        if not (isinstance(target, type) and issubclass(target, torch.nn.Module)):
-            raise ProbeError(f"{probe['target']} is not an nn.Module class")
-        import harness
-
-        module = target(getattr(harness, probe.get("config_class", "Config"))(**probe["config"]))
-        prefix = probe["weight_prefix"]
-        weights = {key[len(prefix) :]: tensors[key].clone() for key in tensors if key.startswith(prefix)}
-        # Strict on parameters: the same names and shapes as the course's. A buffer of the learner's own (a
-        # constant, say) may stay as __init__ made it.
-        own = dict(module.named_parameters())
-        missing = sorted(set(own) - set(weights))
-        unexpected = sorted(set(weights) - set(module.state_dict()))
-        if missing or unexpected:
-            problems = []
-            if unexpected:
-                problems.append(f"{probe['target']} has no parameter {', '.join(map(repr, unexpected))}")
-            if missing:
-                problems.append(f"{', '.join(map(repr, missing))} of {probe['target']} not in the course's weights")
-            raise ProbeError("could not load the judge's weights strictly: " + "; ".join(problems))
-        try:
-            module.load_state_dict(weights, strict=False)
-        except RuntimeError as err:  # a parameter of another shape
-            raise ProbeError(f"could not load the judge's weights: {str(err).strip()}") from None
-        module.eval()
-        call = module
+        module = build_module(probe["target"], target, probe, tensors)
+        script = probe.get("script")
+        call = module if script is None else functools.partial(SCRIPTS[script], module)
     else:
         if not callable(target):
             raise ProbeError(f"{probe['target']} is not a function")
         call = target
     with torch.no_grad():
         out = _call_watching(probe["target"], call, args, keywords, tuple(probe.get("forbidden_ops", ())))
+    if probe.get("output") == "param_groups":
+        out = param_group_decay(out, args[0])
     return _outputs(probe, out)
+
+
+def build_module(name: str, target, spec: dict, tensors: dict):
+    """The learner's class `target` built with the spec's config and loaded strictly with the judge's weights."""
+    import torch
+
+    import harness
+
+    if not (isinstance(target, type) and issubclass(target, torch.nn.Module)):
+        raise ProbeError(f"{name} is not an nn.Module class")
+    module = target(getattr(harness, spec.get("config_class", "Config"))(**spec["config"]))
+    prefix = spec["weight_prefix"]
+    weights = {key[len(prefix) :]: tensors[key].clone() for key in tensors if key.startswith(prefix)}
+    # Strict on parameters: the same names and shapes as the course's. A buffer of the learner's own (a
+    # constant, say) may stay as __init__ made it.
+    own = dict(module.named_parameters())
+    missing = sorted(set(own) - set(weights))
+    unexpected = sorted(set(weights) - set(module.state_dict()))
+    if missing or unexpected:
+        problems = []
+        if unexpected:
+            problems.append(f"{name} has no parameter {', '.join(map(repr, unexpected))}")
+        if missing:
+            problems.append(f"{', '.join(map(repr, missing))} of {name} not in the course's weights")
+        raise ProbeError("could not load the judge's weights strictly: " + "; ".join(problems))
+    try:
+        module.load_state_dict(weights, strict=False)
+    except RuntimeError as err:  # a parameter of another shape
+        raise ProbeError(f"could not load the judge's weights: {str(err).strip()}") from None
+    return module.eval()
+
+
+def kv_steps(model, tokens, start: int):
+    """A KV-cached model run as generation runs it: `tokens[:, :start]` in one call, then each later token alone
+    with the cache; the logits of every position, [batch pos d_vocab]."""
+    import torch
+
+    logits, past = model(tokens[:, :start])
+    outs = [logits]
+    for i in range(start, tokens.shape[1]):
+        logits, past = model(tokens[:, i : i + 1], past)
+        outs.append(logits)
+    return torch.cat(outs, dim=1)
+
+
+SCRIPTS = {"kv_steps": kv_steps}
+
+
+def param_group_decay(groups, model):
+    """Optimizer parameter groups as one number per parameter of `model` (in `named_parameters` order): the weight
+    decay its group gives it (AdamW's default, 0.01, where a group names none)."""
+    import torch
+
+    named = list(model.named_parameters())
+    index = {id(param): i for i, (_, param) in enumerate(named)}
+    decay = torch.full((len(named),), float("nan"), dtype=torch.float64)
+    if not isinstance(groups, (list, tuple)) or not all(isinstance(g, dict) and "params" in g for g in groups):
+        raise ProbeError("did not return a list of dicts with 'params'")
+    for group in groups:
+        rate = float(group.get("weight_decay", 0.01))
+        for param in list(group["params"]):
+            i = index.get(id(param))
+            if i is None:
+                raise ProbeError("a group holds a tensor that is not one of the model's parameters")
+            if not torch.isnan(decay[i]):
+                raise ProbeError(f"{named[i][0]} is in two groups")
+            decay[i] = rate
+    left = [named[i][0] for i in torch.isnan(decay).nonzero().flatten().tolist()]
+    if left:
+        raise ProbeError(f"{len(left)} parameters are in no group ({', '.join(left[:3])})")
+    return decay
 
 
 def _forbids(rule: str, event: str) -> bool:

@@ -212,6 +212,27 @@ def verdict_of(notebook: str, grade_id: str, namespace: dict, folder) -> dict:
 
 MISTAKES = [
     (
+        "06_training",
+        "test_weight_decay_groups",
+        'is_embedding = name.endswith(("W_E", "W_pos"))',
+        'is_embedding = name.endswith("W_E")',
+        "differs from the course's weight_decay_groups",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_kv_cache",
+        "offset = 0 if past_kvs is None else past_kvs[0][0].shape[1]",
+        "offset = 0",
+        "differs from the course's KVCacheTransformer",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_cached_generate",
+        "next_token = logits[:, -1].argmax(dim=-1, keepdim=True)  # [batch 1]",
+        "next_token = logits[:, 0].argmax(dim=-1, keepdim=True)  # [batch 1]",
+        "differs from the course's cached_generate",
+    ),
+    (
         "00_tour",
         "test_count_params",
         "layer_norm = 2 * cfg.d_model  # w, b",
@@ -710,3 +731,22 @@ def test_a_sampler_that_ignores_its_generator_or_draws_greedily_fails(tmp_path):
     namespace = course_with("07_sampling_and_kv_cache", old, "    return logits.argmax(dim=-1)\n")
     verdict = verdict_of("07_sampling_and_kv_cache", "test_sample_next_token", namespace, tmp_path)
     assert not verdict["passed"] and "do not follow the course's distribution" in verdict["message"], verdict
+
+
+WRONG_GROUPS = {
+    "is in two groups": (
+        '{"params": no_decay, "weight_decay": 0.0}]',
+        '{"params": no_decay + decay[:1], "weight_decay": 0.0}]',
+    ),
+    "in no group": (
+        "        (decay if param.ndim >= 2 and not is_embedding else no_decay).append(param)\n",
+        '        if "ln" not in name:\n            (decay if param.ndim >= 2 and not is_embedding else no_decay).append(param)\n',
+    ),
+}
+
+
+@pytest.mark.parametrize("cause", sorted(WRONG_GROUPS))
+def test_weight_decay_groups_that_lose_or_repeat_a_parameter_fail(cause, tmp_path):
+    namespace = course_with("06_training", *WRONG_GROUPS[cause])
+    verdict = verdict_of("06_training", "test_weight_decay_groups", namespace, tmp_path)
+    assert not verdict["passed"] and cause in verdict["message"], verdict
