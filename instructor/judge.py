@@ -314,6 +314,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         ),
     ),
     "08_interpretability": (
+        _fn(  # random by design: judged by the rules every draw must follow, not against the course's draw
+            "test_repeated_segments",
+            "repeated_segments",
+            ("int", (40, 64)),
+            ("int", (20, 40)),
+            ("int", (30, 200)),
+            ("int", (2, 4)),
+            ("int", (5, 9)),
+            ("generator", None),
+            output="tuple",
+            compare="repeated_segments",
+            expect="segment_rules",
+        ),
         _fn(
             "test_head_detector_scores",
             "head_detector_scores",
@@ -404,7 +417,12 @@ def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, fr
     return logits.softmax(dim=-1)[0]
 
 
-EXPECTATIONS = {"sampling_distribution": _sampling_distribution}
+def _segment_rules(course, batch, n_ctx, d_vocab, min_period, max_period, generator):
+    """What every output of `repeated_segments` must satisfy, whatever its random draw."""
+    return {"batch": batch, "n_ctx": n_ctx, "d_vocab": d_vocab, "min_period": min_period, "max_period": max_period}
+
+
+EXPECTATIONS = {"sampling_distribution": _sampling_distribution, "segment_rules": _segment_rules}
 SAMPLES = 4000  # draws per sampling probe: a token of probability p is off by 6 sigma once in ~10^9 tests
 
 
@@ -701,9 +719,11 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
             if probe.output == "param_groups":
                 expected = param_group_decay(expected, values[0])
         prepared.probes[name] = probe
-        if probe.output == "tuple":
+        if probe.output == "tuple" and not probe.expect:
             expected = {str(i): value for i, value in enumerate(expected)}
-        if probe.output in ("dict", "tuple"):
+        if probe.expect == "segment_rules":
+            prepared.expected[name] = expected
+        elif probe.output in ("dict", "tuple"):
             prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
         elif probe.output == "scalar":
             prepared.expected[name] = float(expected)
@@ -828,9 +848,43 @@ def _compare_samples(got, probs) -> str | None:
     return None
 
 
+def _compare_segments(got: dict, rules: dict) -> str | None:
+    """[BOS, s, s, ...] rows: BOS (0) first, then a segment of ids 1..d_vocab-1 repeated with the row's period,
+    periods within range and not all alike, segments not constant."""
+    import torch
+
+    if set(got) != {"0", "1"}:
+        return f"returned {len(got)} values, expected (tokens, periods)"
+    tokens, periods = got["0"], got["1"]
+    batch, n_ctx = rules["batch"], rules["n_ctx"]
+    if tuple(tokens.shape) != (batch, n_ctx) or tuple(periods.shape) != (batch,):
+        return f"returned tokens {list(tokens.shape)} and periods {list(periods.shape)}, expected [{batch}, {n_ctx}] and [{batch}]"
+    if tokens.dtype != torch.int64 or periods.dtype != torch.int64:
+        return f"returned {tokens.dtype} tokens and {periods.dtype} periods, expected torch.int64"
+    if (tokens[:, 0] != 0).any():
+        return "a row does not start with BOS (token 0)"
+    body = tokens[:, 1:]
+    if (body < 1).any() or (body >= rules["d_vocab"]).any():
+        return f"a segment holds an id outside 1..{rules['d_vocab'] - 1} (BOS, or past the vocabulary)"
+    if (periods < rules["min_period"]).any() or (periods > rules["max_period"]).any():
+        return f"a period is outside {rules['min_period']}..{rules['max_period']}"
+    if rules["min_period"] < rules["max_period"] and (periods == periods[0]).all():
+        return f"all {batch} rows have period {int(periods[0])}: the period must be drawn per row"
+    for row in range(batch):
+        p = int(periods[row])
+        if not torch.equal(body[row, p:], body[row, :-p]):
+            return f"row {row} does not repeat with its period {p}"
+        if (body[row, :p] == body[row, 0]).all():
+            return f"row {row}'s segment is one token repeated"
+    return None
+
+
 def compare(probe: Probe, got, expected) -> str | None:
     """Why `got` is not the course's output (None when it is)."""
     import torch
+
+    if probe.compare == "repeated_segments":
+        return _compare_segments(got, expected)
 
     if probe.output == "scalar":
         if not isinstance(got, torch.Tensor) or got.shape != () or got.dtype != torch.float64:

@@ -474,7 +474,7 @@ def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, 
 
 def test_every_newly_judged_test_has_a_mistake_case():
     judged = {g for gs in judge.judged_tests().values() for g in gs}
-    assert {m[1] for m in MISTAKES} >= judged - {
+    assert {m[1] for m in MISTAKES} | {"test_repeated_segments"} >= judged - {
         "test_layernorm",
         "test_embed",
         "test_pos_embed",
@@ -797,3 +797,31 @@ def test_earlier_notebooks_components_stay_allowed(tmp_path):
     namespace = course_with("04_mlp_and_block", "class MLP(nn.Module):", "class MLP(nn.Module):  # unchanged")
     verdicts = judge.verdicts(run("04_mlp_and_block", namespace, tmp_path))
     assert all(v["passed"] for v in verdicts.values()), verdicts
+
+
+# 08's repeated_segments draws at random: judged by the rules every draw must follow.
+SEGMENT_MISTAKES = {
+    "does not start with BOS": (
+        "bos = torch.zeros(batch, 1, dtype=torch.long)",
+        "bos = torch.ones(batch, 1, dtype=torch.long)",
+    ),
+    "outside 1..": (
+        "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
+        "segments = torch.randint(0, d_vocab, (batch, max_period), generator=generator)",
+    ),
+    "must be drawn per row": (
+        "periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)",
+        "periods = torch.full((batch,), min_period)",
+    ),
+    "does not repeat with its period": (
+        "index = torch.arange(n_ctx - 1)[None, :] % periods[:, None]",
+        "index = torch.arange(n_ctx - 1)[None, :] % max_period + 0 * periods[:, None]",
+    ),
+}
+
+
+@pytest.mark.parametrize("cause", sorted(SEGMENT_MISTAKES))
+def test_repeated_segments_breaking_a_rule_fails_the_judge(cause, tmp_path):
+    namespace = course_with("08_interpretability", *SEGMENT_MISTAKES[cause])
+    verdict = verdict_of("08_interpretability", "test_repeated_segments", namespace, tmp_path)
+    assert not verdict["passed"] and cause in verdict["message"], verdict
