@@ -7,7 +7,7 @@ usual mistakes are recomputed from the same parameters by a small functional ref
 `_decoder_layer`) and the one that matches is named; behavioural probes (padding appended, a future token changed, the
 source changed) name what the model may or may not see.
 
-Masks follow PyTorch's convention throughout: a bool `key_padding_mask [batch, key]`, True = a padding key, masked out.
+Masks follow nn.MultiheadAttention's and nn.Transformer's convention throughout (not F.scaled_dot_product_attention's, where True means "takes part"): a bool `key_padding_mask [batch, key]`, True = a padding key, masked out.
 """
 
 from __future__ import annotations
@@ -445,7 +445,7 @@ def multi_head_attention_test(MultiHeadAttention) -> None:
             (
                 (
                     "The key padding mask is applied with the wrong polarity: True means a padding key, masked out "
-                    "(PyTorch's convention), so fill the scores where the mask is True"
+                    "(nn.MultiheadAttention's convention), so fill the scores where the mask is True"
                 ),
                 functools.partial(_attention, p, xq, xkv, mask, causal, polarity="keep"),
             ),

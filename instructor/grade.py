@@ -323,6 +323,7 @@ class Grader:
         self.memory_note = ""
         self.worker_starts = 0
         self.template_failures = 0  # starts in a row that never became ready
+        self.worker_failures = 0
         self.not_graded = ""  # why the batch stopped before grading everything
 
     def check_sandbox(self) -> None:
@@ -469,6 +470,8 @@ class Grader:
         # the notebooks' fast mode (shorter training demos); grading needs the tests, not the full demos
         env.setdefault("COURSE_FAST", "1")
         env["TOKENIZERS_PARALLELISM"] = "false"
+        # the nbgrader workers import what this process imports, from whatever folder they run in
+        env["PYTHONPATH"] = os.pathsep.join(python_path())
         env["MPLBACKEND"] = "Agg"
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if self.args.jobs > 1:  # one core per process: more processes, not more threads
@@ -843,6 +846,20 @@ class Grader:
         index = workers.index(proc)
         busy = proc.busy
         proc.kill()
+        self.worker_failures = 0 if proc.ready else self.worker_failures + 1
+        if self.worker_failures >= TEMPLATE_START_ATTEMPTS * len(workers):
+            for other in workers:
+                other.kill()
+            log = self.out / "logs" / f"worker{index}.log"
+            try:
+                tail = " / ".join(line for line in log.read_text(errors="replace").splitlines() if line.strip())
+            except OSError:
+                tail = ""
+            raise TemplateFailed(
+                f"the nbgrader workers (python -m instructor.worker) could not start, {self.worker_failures} times "
+                f"in a row. Their log ({log}) ends with: {tail[-800:] or '(nothing)'}. What to do: check that "
+                f"`{sys.executable} -m instructor.worker --help` runs from any folder; see docs/grading.md."
+            )
         try:
             selector.unregister(proc.popen.stdout)
         except (KeyError, ValueError):

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from test_grading import LN, needs_sandbox, solve
 
 from instructor.course import REPO_ROOT, read_json
@@ -152,3 +153,22 @@ def test_a_template_that_cannot_start_stops_the_batch_and_says_why(tmp_path):
     rows = _csv(out / "grades.csv")
     assert rows and all(r["reason"].startswith("not graded:") and float(r["score"]) == 0 for r in rows), rows
     assert took < 300, took
+
+
+@needs_sandbox
+def test_grades_with_a_plain_interpreter_and_packages_on_pythonpath(tmp_path):
+    """A Python that is no virtual environment (as conda's or a system one is), its packages found through
+    PYTHONPATH (as a user site-packages or a lab's shared folder would be): the template, isolated with -I, is
+    handed the grader's sys.path, and the sandbox binds each of its folders."""
+    base = Path(sys.base_prefix) / "bin" / Path(sys.executable).name
+    if not base.exists() or Path(sys.prefix) == Path(sys.base_prefix):
+        pytest.skip("needs a virtual environment over a separate base interpreter")
+    site = [p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)]
+    subs = _submissions(tmp_path)
+    for student in ("blank", "loud"):
+        shutil.rmtree(subs / student)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.pathsep.join(site))
+    run, _ = _grade(base, REPO_ROOT, subs, tmp_path / "out", env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = _csv(tmp_path / "out" / "grades.csv")
+    assert rows and all(float(r["score"]) == float(r["max_score"]) for r in rows), rows
