@@ -1,6 +1,6 @@
 """Cost of the path most learners take: notebooks in their default mode with the reference at GPT-2 small's size.
 
-    python bench/bench_fullsize.py [--notebooks 05 06 07 08] [--learner] [--checks] [--hf-home DIR]
+    python bench/bench_fullsize.py [--notebooks 05 06 07 08] [--learner [--no-solutions]] [--checks] [--hf-home DIR]
 
 The reference comes from the stand-in hub (tests/hub_standin.py: GPT-2 small's shape, random weights, in a hub
 cache, HF_HUB_OFFLINE=1), so `load_reference_gpt2()` takes the online path with no network. Each notebook runs
@@ -40,6 +40,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--notebooks", nargs="*", default=["05", "06", "07", "08"], help="notebook number prefixes")
     parser.add_argument("--learner", action="store_true", help="also the learner versions (Validator, inverted)")
+    parser.add_argument("--no-solutions", action="store_true", help="only the learner versions (with --learner)")
     parser.add_argument("--checks", action="store_true", help="also bench/bench_checks.py at full size")
     parser.add_argument("--hf-home", help="an existing stand-in (default: written to a temporary folder)")
     args = parser.parse_args()
@@ -58,13 +59,14 @@ def main() -> None:
     names = [n for n in notebook_names() if any(n.startswith(prefix) for prefix in args.notebooks)]
     if args.learner:
         generate(work / "learner", names)
-    runs = [(name, SOLUTIONS_DIR / f"{name}.ipynb", False) for name in names]
+    runs = [(name, SOLUTIONS_DIR / f"{name}.ipynb", False) for name in names if not args.no_solutions]
     runs += [(name, work / "learner" / f"{name}.ipynb", True) for name in names if args.learner]
     for name, path, invert in runs:
         report = hub_standin.validate_at_full_size(path, hf_home, invert=invert)
-        wall, peak = report["wall_s"], report["peak_rss_mb"]
+        wall, peak, cpu = report["wall_s"], report["peak_rss_mb"], report["kernel_cpu_s"]
         print(
-            f"{name} ({'learner' if invert else 'solutions'}): {wall:6.1f} s = {wall / GOAL_S:.2f}x the 10 min goal; "
+            f"{name} ({'learner' if invert else 'solutions'}): {wall:6.1f} s = {wall / GOAL_S:.2f}x the 10 min goal "
+            f"(kernel CPU {cpu:.0f} s); "
             f"kernel peak {peak:6.0f} MiB = {peak / GOAL_MB:.2f}x the 4 GB goal; {_verdict(report['results'], invert)}",
             flush=True,
         )

@@ -144,7 +144,8 @@ def validate_at_full_size(
     """nbgrader's Validator on `notebook` in its default mode, on the stand-in hub at `hf_home`, in a fresh process.
 
     Returns {"results": the Validator's dict, "wall_s": seconds, "peak_rss_mb": the kernel's peak resident memory
-    (MiB; getrusage of the waited-for kernel process)}. no_network: run it with no network (`no_network_prefix`).
+    (MiB; getrusage of the waited-for kernel process), "kernel_cpu_s": its CPU seconds}.
+    no_network: run it with no network interface (`no_network_prefix`).
     """
     env = {k: v for k, v in os.environ.items() if k != "COURSE_FAST"}  # the default mode: no fast mode
     env.update(environment(hf_home), MPLBACKEND="Agg")
@@ -168,13 +169,15 @@ def _main(argv: list[str]) -> None:
         path, invert, cell_timeout, notebook_timeout = argv[1], argv[2] == "1", int(argv[3]), int(argv[4])
         results = _validate(path, invert, cell_timeout, notebook_timeout)
         # Linux reports ru_maxrss in KiB: the largest of the waited-for children, i.e. the notebook's kernel.
-        kernel_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        self_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(
-            json.dumps(
-                {"results": results, "peak_rss_mb": kernel_kib / 1024, "validator_rss_mb": self_kib / 1024}, default=str
-            )
-        )
+        kernel, validator = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+        report = {
+            "results": results,
+            "peak_rss_mb": kernel.ru_maxrss / 1024,
+            "validator_rss_mb": validator.ru_maxrss / 1024,
+            # CPU seconds the kernel used: unlike wall time, barely changed by other work on a shared machine
+            "kernel_cpu_s": kernel.ru_utime + kernel.ru_stime,
+        }
+        print(json.dumps(report, default=str))
         return
     if argv[:1] == ["write"] and len(argv) <= 2:
         target = Path(argv[1] if len(argv) > 1 else tempfile.mkdtemp(prefix="hub-standin-"))

@@ -153,7 +153,10 @@ def learner_dir(tmp_path_factory) -> Path:
 
 def _report(name: str, version: str, report: dict) -> None:
     # -s shows these: the figures docs/reference-models.md quotes come from bench/bench_fullsize.py, one run.
-    print(f"\n{name} ({version}, full size): {report['wall_s']:.0f} s, kernel peak {report['peak_rss_mb']:.0f} MiB")
+    print(
+        f"\n{name} ({version}, full size): {report['wall_s']:.0f} s (kernel CPU {report['kernel_cpu_s']:.0f} s), "
+        f"kernel peak {report['peak_rss_mb']:.0f} MiB"
+    )
 
 
 @pytest.mark.fullsize
