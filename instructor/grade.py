@@ -480,9 +480,9 @@ class Grader:
         return env
 
     def runtime_dir(self) -> str:
-        """Where the worker's connection files and (sandboxed) the kernels' Unix sockets are: shared with the
-        sandbox. Sticky and world-writable, so that each kernel (its own uid) can make its sockets there and
-        no other can remove them; the files are created 0600 / 0700."""
+        """Where (sandboxed) the kernels' Unix sockets are: shared with the sandbox. Root's and closed to
+        kernels (0711): each worker has a folder in it that the template hands to the kernel it starts, made
+        afresh, 0700, for that kernel's uid alone, so no kernel sees or writes where another one talks."""
         if not self.socket_dir:  # short: socket paths are limited to 108 bytes
             self.socket_dir = tempfile.mkdtemp(prefix="tfs-grade-")
             os.chmod(self.socket_dir, 0o755)
@@ -509,7 +509,7 @@ class Grader:
         path = os.path.join(self.socket_dir, "rt")
         if not os.path.isdir(path):
             os.mkdir(path)
-            os.chmod(path, 0o1777)
+            os.chmod(path, 0o711)
         return path
 
     def _private_runtime(self) -> Path:
@@ -546,7 +546,9 @@ class Grader:
             env["TFS_KERNEL_SOCKET"] = self.kernel_socket
             env["TFS_KERNEL_MEMORY"] = str(int(self.args.memory_gb * (1 << 30)))
         if self.sandbox:
-            args += ["--ipc", os.path.join(self.runtime_dir(), f"w{index}-{self.worker_starts}")]
+            sockets = os.path.join(self.runtime_dir(), f"w{index}-{self.worker_starts}")
+            os.makedirs(sockets, mode=0o700, exist_ok=True)
+            args += ["--ipc", os.path.join(sockets, "k")]
             # connection files stay with the grader (root only): the template hands each kernel its own copy
             env["JUPYTER_RUNTIME_DIR"] = str(self._private_runtime())
             env["TFS_SANDBOXED"] = "1"

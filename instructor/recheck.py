@@ -417,7 +417,14 @@ def _kernel_child(request: dict, confinement, slot: int) -> None:
         info = request.get("connection")
         notebook = os.path.basename(os.path.normpath(request.get("cwd", "")))
         _forget_answers(notebook)
-        home = confinement.enter(slot, memory)
+        own = ()
+        try:  # its Unix sockets go in a folder only it can reach (the worker, root, connects there)
+            connection = json.loads(info or "{}")
+            if connection.get("transport") == "ipc":
+                own = (os.path.dirname(connection["ip"]),)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+        home = confinement.enter(slot, memory, own=own)
         if info is not None:
             path = os.path.join(home, "kernel.json")
             with open(path, "w", encoding="utf-8") as f:

@@ -321,6 +321,16 @@ class Confinement:
         with open(os.path.join(group, "cgroup.procs"), "w") as f:
             f.write("0")  # this process, and everything it starts
 
+    def _own(self, folder: str, uid: int) -> None:
+        """The scratch folders themselves are root's and closed to children (0711: no listing, no new entries),
+        so a name inside one cannot have been planted by a learner; what an earlier kernel left there goes."""
+        folder = os.path.normpath(folder)
+        if not any(os.path.dirname(folder) == os.path.normpath(top) for top in self.scratch):
+            raise PermissionError(f"{folder} is not a folder of its own inside the kernels' shared folder")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.mkdir(folder, 0o700)
+        os.chown(folder, uid, uid)
+
     def _private_tmp(self, uid: int, size: int) -> str:
         """A new mount namespace: a fresh tmpfs on /tmp (root's; the child's home inside) and on /dev/shm, with
         every mount that was under /tmp bound back in. Returns the home."""
@@ -348,9 +358,13 @@ class Confinement:
         os.chown(home, uid, uid)
         return home
 
-    def enter(self, slot: int, memory_bytes: int, keep: tuple[int, ...] = ()) -> str:
-        """In the child, as root: confine it; returns its private working directory."""
+    def enter(self, slot: int, memory_bytes: int, keep: tuple[int, ...] = (), own: tuple[str, ...] = ()) -> str:
+        """In the child, as root: confine it; returns its private working directory. `own`: folders directly
+        inside a scratch folder that this child alone may use (its kernel's sockets), made afresh for its uid."""
         close_fds_except(keep)
+        uid = self.uid(slot)
+        for folder in own:
+            self._own(folder, uid)
         if self.cgroup_dir:
             limit = str(int(memory_bytes)) if memory_bytes else ""
             limits = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit} if limit else {}
@@ -359,7 +373,6 @@ class Confinement:
             self._join(self.extra["pids"], slot, {"pids.max": str(CHILD_PIDS)})
         if "cpu" in self.extra:
             self._join(self.extra["cpu"], slot, {})
-        uid = self.uid(slot)
         try:
             home = self._private_tmp(uid, memory_bytes)
             self.private_tmp = ""

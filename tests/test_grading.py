@@ -469,9 +469,15 @@ for _ in range(10):
 print("SEEN:", sorted(seen))
 """
 FILLER = """
-import glob
+import glob, json, os
 filled = 0
-for folder in glob.glob("/tmp/tfs-grade-*/rt"):
+own = []
+try:  # the folder this kernel's own sockets are in: its to write, charged to its memory
+    with open(os.path.expanduser("~/kernel.json")) as f:
+        own = [os.path.dirname(json.load(f)["ip"])]
+except (OSError, ValueError, KeyError):
+    pass
+for folder in glob.glob("/tmp/tfs-grade-*/rt") + own:
     try:
         with open(folder + "/fill", "wb") as f:
             for _ in range(3 << 10):
