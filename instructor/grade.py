@@ -325,6 +325,12 @@ class Grader:
         self.template_failures = 0  # starts in a row that never became ready
         self.worker_failures = 0
         self.not_graded = ""  # why the batch stopped before grading everything
+        # As one job of a distributed batch (instructor.grade_one): one student's folder, graded under the id the
+        # coordinator gave it, with the judge's inputs the coordinator drew; the judge's outputs are handed back
+        # raw, since the expected ones never leave the coordinator, so nothing is scored here.
+        self.job_student: str | None = getattr(args, "job_student", None)
+        self.judge_inputs: Path | None = getattr(args, "judge_inputs", None)
+        self.job_outputs: dict[str, Path] = {}  # notebook -> the judge's raw outputs, copied out of the sandbox
 
     def check_sandbox(self) -> None:
         """Refuse to grade without the sandbox, unless told --no-sandbox."""
@@ -372,7 +378,7 @@ class Grader:
             raise SystemExit(f"{submissions} is not a folder")
         wanted = self.args.notebooks or self.names
         students = []
-        for entry in sorted(submissions.iterdir()):
+        for entry in [] if self.job_student else sorted(submissions.iterdir()):
             if entry.name.startswith("."):
                 continue
             if entry.is_symlink():  # never followed: it could lead to the solutions or to another student's work
@@ -386,9 +392,11 @@ class Grader:
                 )
             elif entry.is_dir():
                 students.append(entry)
+        if self.job_student:
+            students = [submissions]
         seen_ids: dict[str, str] = {}
         for folder in students:
-            student = base = _student_id(folder.name)
+            student = base = self.job_student or _student_id(folder.name)
             clash = None
             n = 1
             while student.lower() in seen_ids:  # case too: some file systems (and people) do not tell them apart
@@ -418,7 +426,7 @@ class Grader:
                 if name not in found:
                     continue
                 flags = list(notes) if name == min(found) else [n for n in notes if "map to the same id" in n]
-                if student != folder.name and not any("map to the same id" in f for f in flags):
+                if student != (self.job_student or folder.name) and not any("map to the same id" in f for f in flags):
                     flags.append(f"student folder {folder.name!r} graded as {student!r}")
                 release = read_json(self.course / "release" / name / f"{name}.ipynb")
                 try:
@@ -598,7 +606,9 @@ class Grader:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> int:
-        self.check_sandbox()
+        distributed = getattr(self.args, "engine", "local") == "ray"
+        if not distributed:  # on Ray each job checks the sandbox of the machine it runs on, and refuses without it
+            self.check_sandbox()
         self.out.mkdir(parents=True, exist_ok=True)
         prepare_course(
             self.course,
@@ -609,9 +619,16 @@ class Grader:
             log=self.say,
         )
         self.collect()
-        self.write_plans()
-        try:
+        if distributed:
+            (self.out / "logs").mkdir(parents=True, exist_ok=True)
             if self.items:
+                from instructor.engine import run_ray
+
+                run_ray(self)
+        else:
+            self.write_plans()
+        try:
+            if self.items and not distributed:
                 self.grade_all()
         except TemplateFailed as err:
             self.not_graded = str(err)
@@ -788,12 +805,23 @@ class Grader:
             for proc in workers:
                 if proc.busy and now > proc.deadline:
                     self._worker_died(workers, proc, finalize_queue, to_grade, selector, "stopped (time limit)")
-        self.merge(workers)
+        if self.job_student:
+            self._keep_autograded(workers)
+        else:
+            self.merge(workers)
         for proc in workers:
             proc.close()
         server.close()
         shutil.rmtree(self.course / ".workers", ignore_errors=True)  # everything worth keeping was copied out
         shutil.rmtree(self.kernels_dir, ignore_errors=True)
+
+    def _keep_autograded(self, workers: list[Proc]) -> None:
+        """A job's autograded notebooks, out of its workers' folders: the coordinator's feedback is made from them."""
+        for item in self.items:
+            for index in range(len(workers)):
+                src = self.course / ".workers" / f"w{index}" / "autograded" / item.student / item.notebook
+                if src.exists():
+                    shutil.copytree(src, self.course / "autograded" / item.student / item.notebook, dirs_exist_ok=True)
 
     @staticmethod
     def _weight(name: str) -> float:
@@ -900,8 +928,21 @@ class Grader:
         if not os.path.isdir(root):
             os.mkdir(root)
             os.chmod(root, 0o711)  # a child can reach its own job's folder by name, not list the others
+        folder = Path(root) / f"{key}-{secrets.token_hex(8)}"
+        if self.judge_inputs is not None:
+            given = self.judge_inputs / item.notebook
+            if not (given / judge.REQUEST).is_file():
+                item.judged = judge.no_result(item.notebook, "the coordinator sent no probes for this notebook")
+                return
+            # the coordinator's request, copied as prepare() writes one: the child reads it as root, then drops root
+            folder.mkdir(mode=0o711)
+            for path in given.iterdir():
+                shutil.copyfile(path, folder / path.name)
+                os.chmod(folder / path.name, 0o600)
+            item.probes = judge.Prepared(folder, item.notebook, 0, {})
+            return
         try:
-            item.probes = judge.prepare(item.notebook, Path(root) / f"{key}-{secrets.token_hex(8)}")
+            item.probes = judge.prepare(item.notebook, folder)
         except Exception as err:  # noqa: BLE001 - a broken judge fails its tests (flagged), never the batch
             message = f"the judge could not prepare its probes: {type(err).__name__}: {err}"[:300]
             item.flags.append(message)
@@ -913,6 +954,9 @@ class Grader:
         if item.probes is None:
             return
         prepared, item.probes = item.probes, None
+        if self.judge_inputs is not None:
+            self._keep_judge_outputs(item, prepared.folder)
+            return
         try:
             item.judged = judge.verdicts(prepared)
         except Exception as err:  # noqa: BLE001
@@ -923,6 +967,25 @@ class Grader:
         (self.course / "recheck" / item.student / f"{item.notebook}.judge.json").write_text(
             json.dumps(record, indent=1)
         )
+
+    def _keep_judge_outputs(self, item: Item, folder: Path) -> None:
+        """The judge's raw outputs, for the coordinator to compare: read as the judge reads them (regular files of
+        their own, bounded), never followed through a link the child left."""
+        dest = self.out / "probes" / item.notebook / judge.OUT_DIR
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        try:
+            for name, limit in ((judge.OUTPUTS, judge.MAX_OUTPUT_BYTES), (judge.ERRORS, 1 << 20)):
+                try:
+                    data = judge.read_regular_file(folder / judge.OUT_DIR / name, limit)
+                except ValueError as err:
+                    item.flags.append(f"the judge's outputs were refused: {name} {err}"[:300])
+                    continue
+                if data is not None:
+                    (dest / name).write_bytes(data)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.job_outputs[item.notebook] = dest
 
     def _read_recheck(self, item: Item, reply: dict) -> dict:
         """The re-check's records, as the template relayed them; written to OUT by the grader only."""
@@ -958,6 +1021,8 @@ class Grader:
     def _maybe_finish(self, item: Item, finalize_queue) -> int:
         if item.autograde is None or item.recheck is None:
             return 0
+        if self.job_student:  # scored by the coordinator, which alone holds the judge's expected outputs
+            return 1
         self._score(item)
         if item.worker is None:
             return 1
@@ -1197,6 +1262,29 @@ def parse_args(argv: list[str] | None = None):
         "--no-sandbox",
         action="store_true",
         help="run learner code without the sandbox (instructor.sandbox); every row is flagged 'unsandboxed'",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this machine (default); ray: one Ray task per student on a Ray cluster (docs/cluster-grading.md)",
+    )
+    parser.add_argument(
+        "--address", help="with --engine ray: the cluster's address (default: RAY_ADDRESS, or a local one)"
+    )
+    parser.add_argument(
+        "--task-cpus", type=float, default=1, help="with --engine ray: CPUs per student's task (default 1)"
+    )
+    parser.add_argument(
+        "--task-timeout",
+        type=int,
+        help="with --engine ray: seconds per task before it is cancelled (default: from the limits)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="with --engine ray: times a lost or crashed task is sent again (default 2)",
     )
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true")
