@@ -2,7 +2,9 @@
 
 The `fullsize` tests (tests/test_fullsize.py: notebooks in their default mode with the reference at GPT-2 small's
 size, on a stand-in hub) take most of an hour on 2 cores, so a plain `pytest` deselects them; `-m fullsize` (or any
--m expression naming them) selects them. This lives here rather than in pyproject.toml's addopts because
+-m expression naming them) selects them. The `ray` tests (tests/test_grading_ray.py: a batch graded on a Ray
+cluster of three nodes started on this machine) take a few minutes and are opt-in the same way (`-m ray`); `.ci/run`
+runs them after the default suite. This lives here rather than in pyproject.toml's addopts because
 course.sh re-runs the set-up (pip) whenever pyproject.toml changes.
 """
 
@@ -13,12 +15,20 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "fullsize: a notebook's default mode at GPT-2 small's size (opt-in: select with -m fullsize)"
     )
+    config.addinivalue_line("markers", "ray: grading on a Ray cluster started here (opt-in: select with -m ray)")
+
+
+OPT_IN = ("fullsize", "ray")
 
 
 def pytest_collection_modifyitems(config, items):
-    if "fullsize" in (config.getoption("markexpr") or ""):
-        return
-    deselected = [item for item in items if item.get_closest_marker("fullsize")]
+    named = config.getoption("markexpr") or ""
+    skipped = [marker for marker in OPT_IN if marker not in named]
+
+    def opt_in(item):
+        return any(item.get_closest_marker(marker) for marker in skipped)
+
+    deselected = [item for item in items if opt_in(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not item.get_closest_marker("fullsize")]
+        items[:] = [item for item in items if not opt_in(item)]
