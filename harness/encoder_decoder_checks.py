@@ -993,11 +993,13 @@ def seq2seq_loss_test(seq2seq_loss) -> None:
     cross-entropy over the real target tokens, as F.cross_entropy(..., ignore_index=pad_id, label_smoothing=...)."""
     name = "seq2seq_loss"
     gen = torch.Generator().manual_seed(30)
-    pad = 0
     logits = 2 * torch.randn(3, 5, 11, generator=gen)
-    tgt_out = torch.randint(3, 11, (3, 5), generator=gen).masked_fill(_padding([5, 2, 3], 5), pad)
-    flat_logits, flat_tgt = logits.reshape(-1, 11), tgt_out.reshape(-1)
-    for smoothing in (0.0, 0.1):
+    real_ids = torch.randint(0, 10, (3, 5), generator=gen)
+    real_ids[0, 0] = real_ids[1, 1] = 0  # a real target 0 (with pad_id 5): leaving out 0 is then visible
+    # pad_id 5, in the middle of the vocabulary, then 0: ids on both sides of it are real targets
+    for pad, smoothing in ((5, 0.0), (5, 0.1), (0, 0.0)):
+        tgt_out = torch.where(real_ids >= pad, real_ids + 1, real_ids).masked_fill(_padding([5, 2, 3], 5), pad)
+        flat_logits, flat_tgt = logits.reshape(-1, 11), tgt_out.reshape(-1)
         what = f"{name}(logits {list(logits.shape)}, tgt_out, pad_id={pad}, label_smoothing={smoothing})"
         out = as_tensor_output(
             _kcall(seq2seq_loss, logits.clone(), tgt_out.clone(), pad, what=what, label_smoothing=smoothing), what
@@ -1023,6 +1025,11 @@ def seq2seq_loss_test(seq2seq_loss) -> None:
                 logits[:, :-1].reshape(-1, 11), tgt_out[:, 1:].reshape(-1), ignore_index=pad, label_smoothing=smoothing
             ),
         }
+        for other in (0, 5):
+            if other != pad:
+                variants[
+                    f"The loss left out the targets equal to {other}, not pad_id={pad}: use the pad_id argument"
+                ] = F.cross_entropy(flat_logits, flat_tgt, ignore_index=other, label_smoothing=smoothing)
         for cause, value in variants.items():
             if abs(out.item() - value.item()) < 1e-5:
                 fail(f"{cause} ({what} returned {out.item():.5f}, due {expected.item():.5f}).")

@@ -26,7 +26,9 @@ def _course_model(cfg: Config, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.copy_(0.4 * torch.randn(p.shape, generator=g) + (1.0 if p.dim() == 1 and p.shape[0] == cfg.d_model else 0))
+            p.copy_(
+                0.4 * torch.randn(p.shape, generator=g) + (1.0 if p.dim() == 1 and p.shape[0] == cfg.d_model else 0)
+            )
     return model
 
 
@@ -116,7 +118,9 @@ def kv_cache_test(KVCacheTransformer) -> None:
                     fail(f"{name} embedded {embedded[-1][-1]} tokens for one new token: embed only the new tokens.")
                 _check_layout(kvs, 2, pos + 1, cfg, f"{name} after {pos + 1} tokens")
                 if tuple(new_logits.shape) != (2, 1, cfg.d_vocab):
-                    fail(f"{name} returned logits of shape {list(new_logits.shape)} for one new token: [2, 1, d_vocab].")
+                    fail(
+                        f"{name} returned logits of shape {list(new_logits.shape)} for one new token: [2, 1, d_vocab]."
+                    )
                 if not torch.allclose(new_logits, full[:, pos : pos + 1], atol=1e-4, rtol=1e-4):
                     _diagnose_step(model, course, kvs, tokens, pos, cfg, name)
             new_logits, kvs = _step(model, tokens[:, 7:10], kvs, f"{name}(three new tokens, past_kvs)")
@@ -128,9 +132,32 @@ def kv_cache_test(KVCacheTransformer) -> None:
                     "right: the new queries sit at positions 7-9, so their causal mask is the LAST 3 rows of the "
                     "10 x 10 mask (query i sees keys up to 7 + i), not its first rows."
                 )
+            # The context's edge: 10 cached + 6 new = n_ctx fits exactly; one token more does not.
+            rest = torch.randint(0, cfg.d_vocab, (2, cfg.n_ctx - 10), generator=torch.Generator().manual_seed(4))
+            what = f"{name}({cfg.n_ctx - 10} new tokens after 10 cached: n_ctx = {cfg.n_ctx} exactly)"
+            try:
+                _, full_kvs = _step(model, rest, kvs, what)
+            except AssertionError as err:
+                fail(f"{what} failed ({str(err).splitlines()[0]}), but a context filled exactly is allowed.")
+            what = f"{name}(one token after {cfg.n_ctx} cached, n_ctx = {cfg.n_ctx})"
+            try:
+                _step(model, rest[:, :1], full_kvs, what)
+            except AssertionError as err:
+                if "n_ctx" not in str(err):
+                    fail(
+                        f"{what} failed without naming n_ctx ({str(err).splitlines()[0]}): raise a ValueError that does."
+                    )
+            else:
+                fail(
+                    f"{what} returned logits: a position past n_ctx has no positional embedding. Raise a ValueError "
+                    "naming n_ctx when cached + new tokens exceed it."
+                )
         finally:
             hook.remove()
-    print(f"{name} passed: cached logits match a full recompute at every step; the cache matches TransformerLens's.")
+    print(
+        f"{name} passed: cached logits match a full recompute at every step; the cache matches TransformerLens's; "
+        "a context filled to n_ctx works and one token more is refused."
+    )
 
 
 def _diagnose_step(model, course, kvs, tokens: Tensor, pos: int, cfg: Config, name: str) -> None:
@@ -195,6 +222,22 @@ def cached_generate_test(cached_generate, KVCacheTransformer) -> None:
         )
     if calls[:1] != [3] or any(n != 1 for n in calls[1:]):
         fail(f"{name} embedded {calls} tokens per forward: the prompt once, then only the one new token each step.")
+    # prompt + new = n_ctx + 1: the model sees n_ctx positions at most, as the last new token is never fed back
+    fits = cfg.n_ctx + 1 - prompts.shape[-1]
+    what = f"{name}(model, 3 tokens, {fits})"
+    with torch.no_grad():
+        try:
+            exact = call(cached_generate, model, prompts[0].clone(), fits, what=what)
+        except AssertionError as err:
+            fail(
+                f"{what} failed ({str(err).splitlines()[0]}), but the model never needs to see more than "
+                f"n_ctx = {cfg.n_ctx} positions here: the last new token needs no forward of its own."
+            )
+        want = prompts[0]
+        for _ in range(fits):
+            want = torch.cat([want, course(want)[:, -1:].argmax(-1)], dim=1)
+    if not isinstance(exact, Tensor) or exact.shape != want.shape or not torch.equal(exact, want):
+        fail(f"{what} differs from greedy decoding with full recomputes up to the last position of the context.")
     try:
         too_long = call(cached_generate, model, prompts[0].clone(), cfg.n_ctx, what=f"{name}(model, tokens, 16)")
     except AssertionError as err:

@@ -31,28 +31,42 @@ def _result(fn, name: str, *args) -> Tensor:
 
 
 def split_heads_test(split_heads) -> None:
-    """Checks `split_heads(x [batch pos d_model], n_heads) -> [batch pos n_heads d_head]`, head 0 first."""
+    """Checks `split_heads(x [batch pos d_model], n_heads) -> [batch pos n_heads d_head]`, head 0 first, for
+    several head counts of one d_model (the output must follow the `n_heads` argument)."""
     name = getattr(split_heads, "__name__", "split_heads")
-    batch, pos, n_heads, d_head = 2, 5, 3, 4
-    x = _inputs(0, batch, pos, n_heads * d_head)
-    out = _result(split_heads, name, x, n_heads)
-    expected = x.view(batch, pos, n_heads, d_head)
-    if tuple(out.shape) != tuple(expected.shape):
-        hint = ""
-        if tuple(out.shape) == (batch, pos, d_head, n_heads):
-            hint = " The last two axes are swapped: the output pattern ends in `n_heads d_head`."
-        elif tuple(out.shape) == (batch, n_heads, pos, d_head):
-            hint = " The heads came before the positions: keep `batch pos` first, as the annotation says."
-        fail(f"{name} returned shape {list(out.shape)}, expected {list(expected.shape)}.{hint}")
-    if torch.equal(out, expected):
-        print(f"{name} passed: d_model splits into n_heads blocks of d_head, head 0 first.")
-        return
-    if torch.equal(out, x.view(batch, pos, d_head, n_heads).transpose(-1, -2)):
-        fail(
-            f"{name} grouped the axes as (d_head n_heads): features 0, 1, 2 went to heads 0, 1, 2. GPT-2 stores "
-            "head 0's d_head features first, then head 1's: the pattern is `(n_heads d_head)`."
-        )
-    fail(f"{name} has the right shape but puts features in the wrong places: head h holds features h*d_head...")
+    batch, pos, d_model = 2, 5, 12
+    x = _inputs(0, batch, pos, d_model)
+    right = []
+    for n_heads in (3, 4, 2):
+        d_head = d_model // n_heads
+        out = _result(split_heads, name, x, n_heads)
+        expected = x.view(batch, pos, n_heads, d_head)
+        if tuple(out.shape) != tuple(expected.shape):
+            hint = ""
+            if right:  # evidence first: the same code was right for another head count
+                hint = (
+                    f" With n_heads = {right[0]} the output was right: the shape does not follow the `n_heads` "
+                    "argument."
+                )
+            elif tuple(out.shape) == (batch, pos, d_head, n_heads):
+                hint = " The last two axes are swapped: the output pattern ends in `n_heads d_head`."
+            elif tuple(out.shape) == (batch, n_heads, pos, d_head):
+                hint = " The heads came before the positions: keep `batch pos` first, as the annotation says."
+            fail(
+                f"{name}(x, n_heads={n_heads}) returned shape {list(out.shape)}, expected {list(expected.shape)}.{hint}"
+            )
+        if torch.equal(out, x.view(batch, pos, d_head, n_heads).transpose(-1, -2)):
+            fail(
+                f"{name} grouped the axes as (d_head n_heads): features 0, 1, 2 went to heads 0, 1, 2. GPT-2 stores "
+                "head 0's d_head features first, then head 1's: the pattern is `(n_heads d_head)`."
+            )
+        if not torch.equal(out, expected):
+            fail(
+                f"{name}(x, n_heads={n_heads}) has the right shape but puts features in the wrong places: head h "
+                "holds features h*d_head ... (h+1)*d_head - 1."
+            )
+        right.append(n_heads)
+    print(f"{name} passed: d_model splits into n_heads blocks of d_head, head 0 first, for n_heads = 3, 4 and 2.")
 
 
 def merge_heads_test(merge_heads) -> None:

@@ -422,6 +422,18 @@ def _successor_table(d_vocab: int, eos: int) -> Tensor:
     return table
 
 
+def _first_difference(out: Tensor, expected: Tensor) -> str:
+    """Where two generated batches first part: the row and the step, or the lengths."""
+    if out.shape[0] != expected.shape[0]:
+        return f"{out.shape[0]} rows returned where {expected.shape[0]} are due"
+    for row in range(out.shape[0]):
+        got, want = out[row].tolist(), expected[row].tolist()
+        for step, (a, b) in enumerate(zip(got, want)):
+            if a != b:
+                return f"row {row} first differs at position {step}: got {a}, expected {b}"
+    return f"{out.shape[1]} positions returned where {expected.shape[1]} are due"
+
+
 def _greedy_reference(model, tokens: Tensor, max_new: int, eos: int) -> Tensor:
     done = torch.zeros(tokens.shape[0], dtype=torch.bool)
     for _ in range(max_new):
@@ -446,9 +458,10 @@ def generate_test(generate) -> None:
     steps) and with `GPT2LMHeadModel.generate` on the reference's weights.
     """
     name = _name(generate, "generate")
-    d_vocab, eos = 12, 11
+    # <|endoftext|> in the middle of the vocabulary: ids above it are ordinary tokens (row 2 passes through them)
+    d_vocab, eos = 12, 6
     model = ScriptedLM(_successor_table(d_vocab, eos))
-    prompt = torch.tensor([[0, 8, 9], [0, 1, 2], [0, 3, 4]])  # row 0 reaches eos after 2 new tokens
+    prompt = torch.tensor([[0, 3, 4], [0, 1, 2], [0, 8, 9]])  # row 0 ends after 2 new tokens, row 1 after 4
     out = as_tensor_output(
         _kcall(generate, model, prompt.clone(), 6, eos_token_id=eos, temperature=0.0, what=f"{name}(...)"), name
     )
@@ -467,7 +480,21 @@ def generate_test(generate) -> None:
             "finished, give it eos (padding) and stop when every row has finished."
         )
     else:
-        fail(f"{name} with temperature 0: expected {expected.tolist()}, got {out.tolist()}.")
+        fail(
+            f"{name} with temperature 0 and eos_token_id={eos}: {_first_difference(out, expected)} "
+            f"(expected {expected.tolist()}, got {out.tolist()})."
+        )
+    every_row_ends = as_tensor_output(
+        _kcall(generate, model, prompt[:2].clone(), 8, eos_token_id=eos, temperature=0.0, what=name), name
+    )
+    expected = _greedy_reference(model, prompt[:2], 8, eos)
+    if every_row_ends.shape[1] > expected.shape[1] and (every_row_ends[:, expected.shape[1] :] == eos).all():
+        fail(
+            f"{name} went on for all 8 new tokens after every row had emitted <|endoftext|> (by step "
+            f"{expected.shape[1] - 3}): stop as soon as every row has finished, as the docstring says."
+        )
+    if every_row_ends.shape != expected.shape or not torch.equal(every_row_ends, expected):
+        fail(f"{name} with rows that all finish: {_first_difference(every_row_ends, expected)}.")
     # A prompt that outgrows the model's context: the model must only ever see its last n_ctx tokens.
     short_context = ScriptedLM(_successor_table(d_vocab, eos), n_ctx=4)
     try:
@@ -553,15 +580,47 @@ def _exhaustive(model, prompt: Tensor, max_new: int, eos: int) -> tuple[list[int
 def _trap_table() -> Tensor:
     """From token 0, token 1 is likeliest, but every continuation of 1 is unlikely, while 2 -> 3 is near-certain.
 
-    No two probabilities of a row are equal, so greedy and beam search have one answer each.
+    No two probabilities of a row are equal and no two three-token sequences tie, so greedy and beam search have
+    one answer each.
     """
     probs = torch.full((5, 5), 1e-3)
     probs[0] = torch.tensor([1e-3, 0.5, 0.4, 0.06, 0.04])
     probs[1] = torch.tensor([0.26, 0.25, 0.24, 0.23, 2e-2])
     probs[2] = torch.tensor([1e-3, 2e-3, 3e-3, 0.99, 4e-3])
-    probs[3] = torch.tensor([0.3, 0.22, 0.2, 0.1, 0.18])
+    probs[3] = torch.tensor([0.31, 0.22, 0.2, 0.1, 0.17])  # 0.4 * 0.99 * 0.31 beats 0.5 * 0.24 * 0.99 clearly
     probs[4] = torch.tensor([0.2, 0.2, 0.2, 0.2, 0.2])
     return (probs / probs.sum(-1, keepdim=True)).log()
+
+
+def _completes_ngram(seq: list[int], token: int, n: int) -> bool:
+    """Whether `token` after `seq` repeats an n-gram that `seq` already holds."""
+    if len(seq) < n - 1:
+        return False
+    prefix = tuple(seq[len(seq) - n + 1 :]) if n > 1 else ()
+    return any(tuple(seq[i : i + n - 1]) == prefix and seq[i + n - 1] == token for i in range(len(seq) - n + 1))
+
+
+def _beam_reference(model, prompt: list[int], num_beams: int, max_new: int, ngram: int, eos: int) -> list[int]:
+    """Beam search as the exercise states it: summed log-probabilities, the best 2 * num_beams candidates per step,
+    <|endoftext|> moves a beam to the finished ones, n-gram bans; the best of finished and live at the end."""
+    live, finished = [(0.0, list(prompt))], []
+    for _ in range(max_new):
+        candidates = []
+        for score, seq in live:
+            log_probs = model(torch.tensor([seq]))[0, -1].log_softmax(-1).tolist()
+            for token, lp in enumerate(log_probs):
+                if ngram and _completes_ngram(seq, token, ngram):
+                    continue
+                candidates.append((score + lp, seq + [token]))
+        candidates.sort(key=lambda c: -c[0])
+        live = []
+        for score, seq in candidates[: 2 * num_beams]:
+            (finished if seq[-1] == eos else live).append((score, seq))
+            if len(live) == num_beams:
+                break
+        if not live:
+            break
+    return max(finished + live, key=lambda beam: beam[0])[1][len(prompt) :]
 
 
 def beam_search_test(beam_search) -> None:
@@ -628,6 +687,48 @@ def beam_search_test(beam_search) -> None:
             f"{name} with no_repeat_ngram_size=2 repeated a 2-gram: {seq}. Ban any token that would complete an "
             "n-gram already in the sequence (its logit -> -inf) before choosing."
         )
+    # <|endoftext|> in the middle of the vocabulary: the trap's tokens renamed so that eos is id 2, not the largest
+    rename = torch.tensor([0, 1, 3, 4, 2])  # old id -> new id
+    renamed = torch.empty(5, 5)
+    renamed[rename[:, None], rename[None, :]] = _trap_table()
+    renamed_model = ScriptedLM(renamed)
+    best, _ = _exhaustive(renamed_model, prompt, 3, 2)
+    got = run(25, 3, m=renamed_model, eos_id=2)
+    if got != best:
+        fail(
+            f"{name} with eos_token_id=2 (ids 3 and 4 are ordinary tokens) and enough beams to be exhaustive must "
+            f"find {best}; got {got}. Only eos_token_id itself ends a beam."
+        )
+    # A model that repeats its last token: every n-gram ban bites, from the first step where one can.
+    echo = torch.full((6, 6), -2.0) + torch.arange(6) * 0.1
+    echo[torch.arange(6), torch.arange(6)] = 4.0
+    echo[:, 5] = -10.0  # <|endoftext|> (5) unlikely: the beams run to max_new_tokens
+    echo_model = ScriptedLM(echo)
+    for ngram, max_new in ((1, 4), (2, 9), (3, 9)):
+        got = run(2, max_new, ngram=ngram, m=echo_model, p=torch.tensor([[0]]), eos_id=5)
+        seq = [0] + got
+        grams = [tuple(seq[i : i + ngram]) for i in range(len(seq) - ngram + 1)]
+        repeated = [g for g in grams if grams.count(g) > 1]
+        if repeated:
+            fail(
+                f"{name} with no_repeat_ngram_size={ngram} on a model that repeats its last token returned {seq}: "
+                f"the {ngram}-gram {list(repeated[0])} occurs twice. Every n-gram of the sequence so far (prompt "
+                "included, the newest one too) bans the token that would complete it again."
+            )
+        want = [0] + _beam_reference(echo_model, [0], 2, max_new, ngram, 5)
+        if seq != want:
+            step = next(i for i, (a, b) in enumerate(zip(seq + [None], want + [None])) if a != b)
+            allowed = want[step] is not None and not _completes_ngram(seq[:step], want[step], ngram)
+            fail(
+                f"{name} with no_repeat_ngram_size={ngram} returned {seq}, expected {want}: they part at position "
+                f"{step}"
+                + (
+                    f", where {want[step]} completes no earlier {ngram}-gram and so is allowed: a token was banned "
+                    "that no n-gram of the sequence bans."
+                    if allowed
+                    else "."
+                )
+            )
     reference, hf = _hf_reference_model()
     for text in ("O Romeo, Romeo,", "KING.\nWhat"):
         prompt = reference.to_tokens(text)

@@ -327,6 +327,7 @@ WRONG = [
         "and then slices",
     ),
     ("seq2seq_loss", {"seq2seq_loss": (LOSS, "")}, "counts the padding"),
+    ("seq2seq_loss", {"seq2seq_loss": (LOSS, "        ignore_index=0,\n")}, "not pad_id=5: use the pad_id argument"),
     (
         "seq2seq_loss",
         {"seq2seq_loss": ("        label_smoothing=label_smoothing,\n", "")},

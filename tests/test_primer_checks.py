@@ -27,6 +27,10 @@ def split_heads_before_positions(x, n_heads):
     return einops.rearrange(x, "b p (n h) -> b n p h", n=n_heads)
 
 
+def split_hard_coded_heads(x, n_heads):  # the 3 of the first example, written in place of the argument
+    return einops.rearrange(x, "b p (n h) -> b p n h", n=3)
+
+
 def merge_right(z):
     return einops.rearrange(z, "b p n h -> b p (n h)")
 
@@ -71,6 +75,7 @@ def test_right_answers_pass(check, fn, capsys):
         (split_heads_test, split_grouped_wrong_way, "(d_head n_heads)"),
         (split_heads_test, split_axes_swapped, "last two axes are swapped"),
         (split_heads_test, split_heads_before_positions, "heads came before the positions"),
+        (split_heads_test, split_hard_coded_heads, "does not follow the `n_heads` argument"),
         (merge_heads_test, merge_grouped_wrong_way, "(d_head n_heads)"),
         (head_scores_test, scores_transposed, "Queries and keys are swapped"),
         (head_scores_test, scores_heads_last, "heads axis is last"),

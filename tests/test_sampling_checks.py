@@ -268,6 +268,53 @@ WRONG = [
         {"beam_search": ("if no_repeat_ngram_size > 0 and batch.shape[1] >= no_repeat_ngram_size:", "if False:")},
         "repeated a 2-gram",
     ),
+    # Found by bench/mutation_score.py: a case or an argument the checks never varied.
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("if token == eos_token_id:", "if token >= eos_token_id:")},
+        "Only eos_token_id itself ends a beam",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("for start in range(len(seq) - n + 1):", "for start in range(len(seq) - n):")},
+        "the newest one too",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": (
+                "if tuple(seq[start : start + n - 1]) == prefix:",
+                "if tuple(seq[start : start + n - 1]) >= prefix:",
+            )
+        },
+        "a token was banned that no n-gram of the sequence bans",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": (
+                "if no_repeat_ngram_size > 0 and batch.shape[1]",
+                "if no_repeat_ngram_size > 1 and batch.shape[1]",
+            )
+        },
+        "no_repeat_ngram_size=1",
+    ),
+    (
+        "generate_test",
+        "generate",
+        {"generate": ("finished |= next_token == eos_token_id", "finished |= next_token >= eos_token_id")},
+        "row 2 first differs",
+    ),
+    (
+        "generate_test",
+        "generate",
+        {"generate": ("        if finished.all():\n            break\n", "")},
+        "after every row had emitted",
+    ),
 ]
 
 
@@ -316,6 +363,28 @@ def test_cache_kept_between_calls_is_named():
     with pytest.raises(AssertionError) as err:
         harness.cached_generate_test(namespace["cached_generate"], namespace["KVCacheTransformer"])
     assert "kept from the first call" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "phrase"),
+    [
+        (
+            {"KVCacheTransformer": ("if offset + new > self.cfg.n_ctx:", "if offset + new >= self.cfg.n_ctx:")},
+            "filled exactly is allowed",
+        ),
+        (
+            {"cached_generate": ("if step < max_new_tokens - 1:", "if step < max_new_tokens:")},
+            "needs no forward of its own",
+        ),
+    ],
+)
+def test_the_context_edge_is_checked(changes, phrase):
+    """n_ctx positions exactly are allowed (found by bench/mutation_score.py: no check filled the context)."""
+    namespace = build(**changes)
+    with pytest.raises(AssertionError) as err:
+        harness.kv_cache_test(namespace["KVCacheTransformer"])
+        harness.cached_generate_test(namespace["cached_generate"], namespace["KVCacheTransformer"])
+    assert phrase in str(err.value), str(err.value)
 
 
 def test_past_n_ctx_without_an_error_is_named():
