@@ -55,8 +55,19 @@ class EncoderDecoderConfig:
 
 # Small and odd-sized enough that a transposed weight or a wrong broadcast shows; n_heads * d_head == d_model, as
 # nn.MultiheadAttention requires.
-CHECK_CFG = EncoderDecoderConfig(d_model=16, n_heads=4, d_head=4, d_ff=24, n_layers=2, d_vocab=13, n_ctx=32)
+# The special ids sit inside the vocabulary, not at 0, 1, 2: a test against `<= pad_id` or a hard-coded 0 then shows.
+CHECK_CFG = EncoderDecoderConfig(
+    d_model=16, n_heads=4, d_head=4, d_ff=24, n_layers=2, d_vocab=13, n_ctx=32, pad_id=5, bos_id=3, eos_id=8
+)
 ATOL, RTOL = 1e-5, 1e-4
+
+
+def _ordinary_ids(cfg, shape, gen) -> Tensor:
+    """Random token ids that are none of pad, BOS and EOS, from both sides of them."""
+    ordinary = torch.tensor([t for t in range(cfg.d_vocab) if t not in (cfg.pad_id, cfg.bos_id, cfg.eos_id)])
+    return ordinary[torch.randint(0, len(ordinary), shape, generator=gen)]
+
+
 NEG_INF = float("-inf")
 
 
@@ -408,9 +419,18 @@ def multi_head_attention_test(MultiHeadAttention) -> None:
     """Checks `MultiHeadAttention(cfg).forward(x_q, x_kv, key_padding_mask=None, causal=False)` against
     `nn.MultiheadAttention(batch_first=True)` holding the same weights: cross-attention with different query and key
     lengths, with and without padding, and causal self-attention; then that a float mask and a mis-shaped mask are
-    refused with an error."""
-    cfg = CHECK_CFG
+    refused with an error. Twice: with a second configuration (other head sizes) no size can be hard-coded."""
     name = "MultiHeadAttention"
+    _multi_head_attention_case(MultiHeadAttention, CHECK_CFG, name)
+    other = replace(CHECK_CFG, d_model=12, n_heads=2, d_head=6)
+    _multi_head_attention_case(MultiHeadAttention, other, f"{name} (d_model=12, n_heads=2, d_head=6)")
+    print(
+        f"{name} passed: matches nn.MultiheadAttention (cross-attention 3 queries x 5 keys, padding, causal "
+        "self-attention) for two configurations, and refuses float and mis-shaped masks."
+    )
+
+
+def _multi_head_attention_case(MultiHeadAttention, cfg, name: str) -> None:
     attn = _build(MultiHeadAttention, cfg, name)
     _randomize(attn, seed=1)
     p = _attn_params(_params(attn, name), "", cfg, name)
@@ -518,10 +538,6 @@ def multi_head_attention_test(MultiHeadAttention) -> None:
             f"{name} accepted {label} as key_padding_mask without an error. Only a bool [batch, key] mask with True "
             "at the padding keys is valid: keep the call to validate_key_padding_mask at the top of forward."
         )
-    print(
-        f"{name} passed: matches nn.MultiheadAttention (cross-attention {n_q} queries x {n_k} keys, padding, causal "
-        "self-attention), and refuses float and mis-shaped masks."
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -532,8 +548,14 @@ def multi_head_attention_test(MultiHeadAttention) -> None:
 def shared_embedding_test(SharedEmbedding) -> None:
     """Checks `SharedEmbedding(cfg)`: W_E initialised with std d_model^-0.5, `forward(tokens)` = W_E[tokens] *
     sqrt(d_model) + the sinusoidal encoding, and `unembed(x)` = x @ W_E.T (the tied output layer)."""
-    cfg = replace(CHECK_CFG, d_model=64, d_vocab=500)
     name = "SharedEmbedding"
+    for d_model, d_vocab in ((64, 500), (36, 300)):  # two sizes: neither can be hard-coded
+        cfg = replace(CHECK_CFG, d_model=d_model, d_vocab=d_vocab)
+        _shared_embedding_case(SharedEmbedding, cfg, name if d_model == 64 else f"{name} (d_model={d_model})")
+    print(f"{name} passed: std d_model^-0.5 at initialisation, W_E[tokens] * sqrt(d_model) + pe[:pos], x @ W_E.T.")
+
+
+def _shared_embedding_case(SharedEmbedding, cfg, name: str) -> None:
     torch.manual_seed(0)
     emb = _build(SharedEmbedding, cfg, name)
     params = _params(emb, name)
@@ -616,7 +638,6 @@ def shared_embedding_test(SharedEmbedding) -> None:
         ]
         _name_variant(out, variants, what)
         fail(f"{what} differs from x @ W_E.T: {mismatch_summary(out, expected, ATOL, RTOL)}.")
-    print(f"{name} passed: std d_model^-0.5 at initialisation, W_E[tokens] * sqrt(d_model) + pe[:pos], x @ W_E.T.")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -867,8 +888,8 @@ def encoder_decoder_test(EncoderDecoder) -> None:
     oracle = _torch_transformer(model, cfg, name)
     gen = torch.Generator().manual_seed(21)
     src_lengths, tgt_lengths = [6, 3, 5], [4, 5, 2]
-    src = torch.randint(3, cfg.d_vocab, (3, 6), generator=gen).masked_fill(_padding(src_lengths, 6), cfg.pad_id)
-    tgt_in = torch.randint(3, cfg.d_vocab, (3, 5), generator=gen).masked_fill(_padding(tgt_lengths, 5), cfg.pad_id)
+    src = _ordinary_ids(cfg, (3, 6), gen).masked_fill(_padding(src_lengths, 6), cfg.pad_id)
+    tgt_in = _ordinary_ids(cfg, (3, 5), gen).masked_fill(_padding(tgt_lengths, 5), cfg.pad_id)
     tgt_in[:, 0] = cfg.bos_id
     what = f"{name}(src {list(src.shape)}, tgt_in {list(tgt_in.shape)})"
     model.eval()
@@ -938,12 +959,13 @@ def make_batch_test(make_batch) -> None:
     tgt_in = [BOS] + y, tgt_out = y + [EOS]."""
     cfg = CHECK_CFG
     name = "make_batch"
-    sources, targets = [[5, 6, 7], [8], [9, 10]], [[9], [3, 4, 10, 5], [6, 6]]
+    # ordinary ids on both sides of the special ones (pad 5, BOS 3, EOS 8 here)
+    sources, targets = [[6, 7, 9], [10], [11, 12]], [[9], [0, 4, 10, 2], [6, 6]]
     P, B, E = cfg.pad_id, cfg.bos_id, cfg.eos_id
     want = {
-        "src": [[5, 6, 7], [8, P, P], [9, 10, P]],
-        "tgt_in": [[B, 9, P, P, P], [B, 3, 4, 10, 5], [B, 6, 6, P, P]],
-        "tgt_out": [[9, E, P, P, P], [3, 4, 10, 5, E], [6, 6, E, P, P]],
+        "src": [[6, 7, 9], [10, P, P], [11, 12, P]],
+        "tgt_in": [[B, 9, P, P, P], [B, 0, 4, 10, 2], [B, 6, 6, P, P]],
+        "tgt_out": [[9, E, P, P, P], [0, 4, 10, 2, E], [6, 6, E, P, P]],
     }
     given = ([list(s) for s in sources], [list(t) for t in targets])
     out = call(make_batch, *given, cfg, what=f"{name}(sources, targets, cfg)")
@@ -1089,11 +1111,12 @@ def greedy_decode_test(greedy_decode) -> None:
     EOS emits padding after it, and decoding stops when every row is done or after max_len tokens."""
     name = "greedy_decode"
     E, P = CHECK_CFG.eos_id, CHECK_CFG.pad_id
-    answers = {3: [5, 6, E], 4: [8, 9, 10, 11, 5, E], 5: [E], 6: [9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9]}
-    cases = [([3, 4, 5], 10), ([4], 10), ([6, 3], 5)]
+    # answers use ids on both sides of EOS (8) and padding (5); none holds EARLY (4) or JUNK (7)
+    answers = {0: [6, 9, E], 1: [2, 9, 10, 11, 0, E], 2: [E], 6: [9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9]}
+    cases = [([0, 1, 2], 10), ([1], 10), ([6, 0], 5)]
     for firsts, max_len in cases:
         model = _ScriptedSeq2Seq(answers)
-        src = torch.tensor([[f, 8, 9] for f in firsts])
+        src = torch.tensor([[f, 9, 10] for f in firsts])
         what = f"{name}(model, src {list(src.shape)}, max_len={max_len})"
         out = as_tensor_output(call(greedy_decode, model, src.clone(), max_len, what=what), what)
         if model.encode_calls != 1:
@@ -1124,6 +1147,11 @@ def greedy_decode_test(greedy_decode) -> None:
         trimmed = [row[:width] for row in got]
         extra = [row[width:] for row in got]
         if trimmed == want and all(t == P for row in extra for t in row):
+            if extra and extra[0]:
+                fail(
+                    f"{what} went on for {len(extra[0])} more steps of padding after every row had emitted EOS "
+                    f"(got {out.shape[1]} tokens per row, expected {width}): stop as soon as every row is done."
+                )
             continue
         after_eos = [row[len(w) :] for row, w in zip(got, rows) if w and w[-1] == E and row[: len(w)] == w]
         if any(_ScriptedSeq2Seq.JUNK in tail for tail in after_eos):

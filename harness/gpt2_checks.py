@@ -632,7 +632,17 @@ def greedy_generate_test(greedy_generate) -> None:
         )
     out = outs[0]
     if torch.equal(out, want["right"]):
-        print(f"{name} passed: {n_new} greedy tokens appended correctly for a batch of {batch} prompts.")
+        short = as_tensor_output(
+            call(greedy_generate, _RuleLM().eval(), tokens.clone(), 2, what=f"{name}(model, tokens, n_new=2)"), name
+        )
+        expected = torch.tensor([_greedy_variants(row, 2)["right"] for row in tokens.tolist()])
+        if tuple(short.shape) != tuple(expected.shape) or not torch.equal(short, expected):
+            fail(
+                f"{name}(model, tokens, n_new=2) differs from the first 2 of the {n_new} greedy tokens that "
+                f"n_new={n_new} gave (shape {list(short.shape)}, expected {list(expected.shape)}): the number of "
+                "new tokens must follow the n_new argument."
+            )
+        print(f"{name} passed: {n_new} and 2 greedy tokens appended correctly for a batch of {batch} prompts.")
         return
 
     step = int((out != want["right"]).any(dim=0).nonzero()[0])

@@ -382,7 +382,20 @@ def induction_score_test(induction_scores) -> None:
             extra = " It has one value per position: average over the queries, keep the heads."
         fail(f"{name} returned shape {list(got.shape)}, expected [n_heads] = [{n_heads}].{extra}")
     if _close(got, expected):
-        print(f"{name} passed: scores the induction stripe (offset seq_len - 1) over the second copy's queries only.")
+        other = 4  # a second length: the offset and the queries averaged must follow the argument
+        pattern = _crafted_patterns(2, 1 + 2 * other, 5, [other - 1, other, 1, "uniform", "random"])
+        again = as_tensor_output(call(induction_scores, pattern.clone(), other, what=f"{name}(pattern, {other})"), name)
+        want = _induction_oracle(pattern, other - 1, other)
+        if tuple(again.shape) != tuple(want.shape) or not _close(again, want):
+            fail(
+                f"{name}(pattern, {other}) gave {[round(v, 3) for v in again.flatten().tolist()]}, expected "
+                f"{[round(v, 3) for v in want.tolist()]}, while seq_len = {seq_len} was right: the stripe's offset "
+                "(seq_len - 1) and the queries averaged (the last seq_len) must follow the seq_len argument."
+            )
+        print(
+            f"{name} passed: scores the induction stripe (offset seq_len - 1) over the second copy's queries only, "
+            f"for seq_len = {seq_len} and {other}."
+        )
         return
     variants = {
         f"used offset seq_len = {seq_len}: that is the earlier copy of the same token, which duplicate-token heads attend to. An induction head attends to the token *after* it, seq_len - 1 back": _induction_oracle(
@@ -416,66 +429,76 @@ def induction_score_test(induction_scores) -> None:
 def repeated_segments_test(repeated_segments) -> None:
     """Checks `repeated_segments(batch, n_ctx, d_vocab, min_period, max_period, generator) -> (tokens, periods)`."""
     name = _name(repeated_segments, "repeated_segments")
-    batch, n_ctx, d_vocab, lo, hi = 400, 40, 30, 3, 9
-    call_text = f"{name}({batch}, {n_ctx}, {d_vocab}, {lo}, {hi}, generator)"
-    out = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(0), what=call_text)
-    if not (isinstance(out, tuple) and len(out) == 2):
-        fail(f"{name} must return a pair (tokens, periods); got {type(out).__name__}.")
-    tokens, periods = (as_tensor_output(t, name) for t in out)
-    if tuple(tokens.shape) != (batch, n_ctx):
-        fail(
-            f"{name}'s tokens have shape {list(tokens.shape)}, expected [batch, n_ctx] = [{batch}, {n_ctx}] (BOS included)."
-        )
-    if tuple(periods.shape) != (batch,):
-        fail(f"{name}'s periods have shape {list(periods.shape)}, expected [batch] = [{batch}]: one period per row.")
-    if tokens.dtype != torch.long or periods.dtype != torch.long:
-        fail(f"{name} must return integer (torch.long) tensors; got {tokens.dtype} and {periods.dtype}.")
-    if not (tokens[:, 0] == 0).all():
-        fail(
-            f"{name}'s rows do not start with BOS (token 0): {int((tokens[:, 0] != 0).sum())} of {batch} rows start "
-            "with another token. The model needs a fixed first token to attend to when nothing else fits."
-        )
-    body = tokens[:, 1:]
-    if body.min() < 1 or body.max() > d_vocab - 1:
-        fail(
-            f"{name}'s segments use tokens {int(body.min())}..{int(body.max())}; they must be 1..d_vocab-1 = "
-            f"1..{d_vocab - 1} (0 is BOS, and d_vocab - 1 is the last id there is)."
-        )
-    if periods.min() < lo or periods.max() > hi:
-        fail(
-            f"{name}'s periods range {int(periods.min())}..{int(periods.max())}, outside min_period..max_period = {lo}..{hi}."
-        )
-    if periods.unique().numel() == 1:
-        fail(
-            f"{name} gives every row the same period ({int(periods[0])}): with a fixed period a head that attends a "
-            "fixed distance back does the job, and no induction head needs to form. Draw a period per row."
-        )
-    if int(periods.max()) != hi or int(periods.min()) != lo:
-        fail(
-            f"{name} never drew period {hi if int(periods.max()) != hi else lo} in {batch} rows: the periods must run "
-            "from min_period to max_period inclusive (torch.randint's upper bound is exclusive)."
-        )
-    index = torch.arange(n_ctx - 1)
-    for row in range(batch):
-        p = int(periods[row])
-        if not torch.equal(body[row, p:], body[row, : n_ctx - 1 - p]):
+    # two argument sets: every argument changes between them (a hard-coded one shows), a small vocabulary last
+    for batch, n_ctx, d_vocab, lo, hi in ((400, 40, 30, 3, 9), (300, 23, 7, 2, 5)):
+        call_text = f"{name}({batch}, {n_ctx}, {d_vocab}, {lo}, {hi}, generator)"
+        out = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(0), what=call_text)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            fail(f"{name} must return a pair (tokens, periods); got {type(out).__name__}.")
+        tokens, periods = (as_tensor_output(t, name) for t in out)
+        if tuple(tokens.shape) != (batch, n_ctx):
             fail(
-                f"{name}'s row {row} is not its first {p} tokens repeated (its period is {p}); e.g. positions "
-                f"1..{min(n_ctx - 1, 2 * p + 2)}: {tokens[row, 1 : 2 * p + 3].tolist()}."
+                f"{name}'s tokens have shape {list(tokens.shape)}, expected [batch, n_ctx] = [{batch}, {n_ctx}] (BOS included)."
             )
-    del index
-    if (body[:, :lo] == body[0, :lo]).all(1).float().mean() > 0.5:
-        fail(f"{name} uses the same segment in every row: draw a random segment per row.")
-    again = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(0), what=call_text)
-    other = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(1), what=call_text)
-    if not torch.equal(again[0], tokens):
-        fail(
-            f"{name} gave different tokens for the same generator seed: draw every random number with `generator=generator`."
-        )
-    if torch.equal(other[0], tokens):
-        fail(f"{name} gave the same tokens for two different generator seeds: use the generator it is given.")
+        if tuple(periods.shape) != (batch,):
+            fail(
+                f"{name}'s periods have shape {list(periods.shape)}, expected [batch] = [{batch}]: one period per row."
+            )
+        if tokens.dtype != torch.long or periods.dtype != torch.long:
+            fail(f"{name} must return integer (torch.long) tensors; got {tokens.dtype} and {periods.dtype}.")
+        if not (tokens[:, 0] == 0).all():
+            fail(
+                f"{name}'s rows do not start with BOS (token 0): {int((tokens[:, 0] != 0).sum())} of {batch} rows start "
+                "with another token. The model needs a fixed first token to attend to when nothing else fits."
+            )
+        body = tokens[:, 1:]
+        if body.min() < 1 or body.max() > d_vocab - 1:
+            fail(
+                f"{name}'s segments use tokens {int(body.min())}..{int(body.max())}; they must be 1..d_vocab-1 = "
+                f"1..{d_vocab - 1} (0 is BOS, and d_vocab - 1 is the last id there is)."
+            )
+        if periods.min() < lo or periods.max() > hi:
+            fail(
+                f"{name}'s periods range {int(periods.min())}..{int(periods.max())}, outside min_period..max_period = {lo}..{hi}."
+            )
+        if periods.unique().numel() == 1:
+            fail(
+                f"{name} gives every row the same period ({int(periods[0])}): with a fixed period a head that attends a "
+                "fixed distance back does the job, and no induction head needs to form. Draw a period per row."
+            )
+        if int(periods.max()) != hi or int(periods.min()) != lo:
+            fail(
+                f"{name} never drew period {hi if int(periods.max()) != hi else lo} in {batch} rows: the periods must run "
+                "from min_period to max_period inclusive (torch.randint's upper bound is exclusive)."
+            )
+        index = torch.arange(n_ctx - 1)
+        for row in range(batch):
+            p = int(periods[row])
+            if not torch.equal(body[row, p:], body[row, : n_ctx - 1 - p]):
+                fail(
+                    f"{name}'s row {row} is not its first {p} tokens repeated (its period is {p}); e.g. positions "
+                    f"1..{min(n_ctx - 1, 2 * p + 2)}: {tokens[row, 1 : 2 * p + 3].tolist()}."
+                )
+        del index
+        if (body[:, :lo] == body[0, :lo]).all(1).float().mean() > 0.5:
+            fail(f"{name} uses the same segment in every row: draw a random segment per row.")
+        unused = sorted(set(range(1, d_vocab)) - set(body.unique().tolist()))
+        if unused:
+            fail(
+                f"{name} never used token{'s' if len(unused) > 1 else ''} {unused[:5]} in {batch} rows of "
+                f"{n_ctx} with d_vocab = {d_vocab}: the segments draw from every id 1..d_vocab-1."
+            )
+        again = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(0), what=call_text)
+        other = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(1), what=call_text)
+        if not torch.equal(again[0], tokens):
+            fail(
+                f"{name} gave different tokens for the same generator seed: draw every random number with `generator=generator`."
+            )
+        if torch.equal(other[0], tokens):
+            fail(f"{name} gave the same tokens for two different generator seeds: use the generator it is given.")
     print(
-        f"{name} passed: BOS first, one random segment per row repeated with its own period ({lo}..{hi}), reproducible."
+        f"{name} passed: BOS first, one random segment per row repeated with its own period, every token id used, "
+        "reproducible, for two sets of arguments."
     )
 
 

@@ -88,10 +88,24 @@ def _check_layout(kvs, batch: int, pos: int, cfg: Config, what: str) -> None:
     fail(f"{what}: the cached keys have shape {list(got)}, expected {list(want)}.{hint}")
 
 
+# A second configuration: other head sizes and another context length, so that no size can be hard-coded.
+_CFG_OTHER = Config(d_model=24, n_heads=2, d_head=12, d_mlp=40, n_layers=1, n_ctx=12, d_vocab=37)
+
+
 def kv_cache_test(KVCacheTransformer) -> None:
     """Checks `KVCacheTransformer(cfg)`, whose forward is `(tokens [batch new], past_kvs=None) -> (logits, past_kvs)`."""
     name = getattr(KVCacheTransformer, "__name__", "KVCacheTransformer")
-    cfg = _CFG
+    for cfg in (_CFG, _CFG_OTHER):
+        _kv_cache_case(
+            KVCacheTransformer, cfg, name if cfg is _CFG else f"{name} (d_head={cfg.d_head}, n_ctx={cfg.n_ctx})"
+        )
+    print(
+        f"{name} passed: cached logits match a full recompute at every step; the cache matches TransformerLens's; "
+        "a context filled to n_ctx works and one token more is refused; for two configurations."
+    )
+
+
+def _kv_cache_case(KVCacheTransformer, cfg: Config, name: str) -> None:
     course = _course_model(cfg)
     model = _learner_model(KVCacheTransformer, course, cfg)
     tokens = torch.randint(0, cfg.d_vocab, (2, 10), generator=torch.Generator().manual_seed(1))
@@ -154,10 +168,6 @@ def kv_cache_test(KVCacheTransformer) -> None:
                 )
         finally:
             hook.remove()
-    print(
-        f"{name} passed: cached logits match a full recompute at every step; the cache matches TransformerLens's; "
-        "a context filled to n_ctx works and one token more is refused."
-    )
 
 
 def _diagnose_step(model, course, kvs, tokens: Tensor, pos: int, cfg: Config, name: str) -> None:

@@ -699,6 +699,17 @@ def beam_search_test(beam_search) -> None:
             f"{name} with eos_token_id=2 (ids 3 and 4 are ordinary tokens) and enough beams to be exhaustive must "
             f"find {best}; got {got}. Only eos_token_id itself ends a beam."
         )
+    # <|endoftext|> at once is the likeliest sequence: a beam that ends there must be kept and win.
+    early = torch.full((5, 5), 0.2)
+    early[0] = torch.tensor([0.05, 0.2, 0.5, 0.15, 0.1])
+    early_model = ScriptedLM(early.log())
+    best, _ = _exhaustive(early_model, prompt, 4, 2)
+    got = run(2, 4, m=early_model, eos_id=2)
+    if got != best:
+        fail(
+            f"{name} with eos_token_id=2, where <|endoftext|> right away is the likeliest sequence ({best}), returned "
+            f"{got}: a beam that emits eos_token_id is finished, and the finished beams compete with the live ones."
+        )
     # A model that repeats its last token: every n-gram ban bites, from the first step where one can.
     echo = torch.full((6, 6), -2.0) + torch.arange(6) * 0.1
     echo[torch.arange(6), torch.arange(6)] = 4.0

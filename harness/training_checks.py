@@ -745,6 +745,7 @@ def lr_schedule_test(lr_at: Callable, TrainingArgs) -> None:
         got[step] = float(value)
     wrong = [s for s in steps if not math.isclose(got[s], _expected_lr(s, args), rel_tol=1e-6, abs_tol=1e-12)]
     if not wrong:
+        _lr_edges(lr_at, TrainingArgs, name)
         print(
             f"{name} passed: warm-up to {args.lr:g} over {args.warmup_steps} steps, cosine to "
             f"{args.min_lr_ratio * args.lr:g} at step {args.max_steps}, flat after."
@@ -759,6 +760,27 @@ def lr_schedule_test(lr_at: Callable, TrainingArgs) -> None:
         f"steps to lr={args.lr:g}, cosine to {args.min_lr_ratio * args.lr:g} at max_steps={args.max_steps}); "
         f"{len(wrong)} of the {len(steps)} steps tried differ."
     )
+
+
+def _lr_edges(lr_at: Callable, TrainingArgs, name: str) -> None:
+    """Schedules at their edges: no decay phase (max_steps == warmup_steps), a one-step decay, other rates."""
+    for fields in (
+        {"max_steps": 5, "lr": 1e-3, "warmup_steps": 5, "min_lr_ratio": 0.2},
+        {"max_steps": 6, "lr": 1e-3, "warmup_steps": 5, "min_lr_ratio": 0.2},
+        {"max_steps": 50, "lr": 6e-4, "warmup_steps": 1, "min_lr_ratio": 0.0},
+    ):
+        args = TrainingArgs(**fields)
+        shown = ", ".join(f"{k}={v:g}" for k, v in fields.items())
+        for step in range(fields["max_steps"] + 3):
+            value = call(lr_at, step, args, what=f"{name}({step}, args with {shown})")
+            value = value.item() if isinstance(value, Tensor) else value
+            expected = _expected_lr(step, args)
+            if not math.isclose(float(value), expected, rel_tol=1e-6, abs_tol=1e-12):
+                fail(
+                    f"{name}({step}, args with {shown}) = {float(value):.6g}, expected {expected:.6g}; the schedule "
+                    f"with warmup_steps=20, max_steps=200 was right. From max_steps on the rate stays at "
+                    "min_lr_ratio * lr, also when the decay lasts one step or none."
+                )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -857,6 +879,13 @@ def weight_decay_groups_test(weight_decay_groups: Callable) -> None:
         if (kind == "matrix") != (n in decayed):
             wrong.setdefault(kind, []).append(n)
     if not wrong:
+        other = call(weight_decay_groups, model, 0.3, what=f"{name}(model, weight_decay=0.3)")
+        values = sorted({float(g.get("weight_decay", _ADAMW_DEFAULT_DECAY)) for g in other if isinstance(g, dict)})
+        if values != [0.0, 0.3]:
+            fail(
+                f"{name}(model, weight_decay=0.3) gave groups with weight_decay {values}, expected [0.0, 0.3] (with "
+                "0.05 it was right): the decayed group's value must follow the weight_decay argument."
+            )
         print(
             f"{name} passed: {len(decayed)} matrices decay, {len(params) - len(decayed)} embeddings, gains and "
             "biases do not, and every parameter is in exactly one group."

@@ -4,7 +4,8 @@ The `fullsize` tests (tests/test_fullsize.py: notebooks in their default mode wi
 size, on a stand-in hub) take most of an hour on 2 cores, so a plain `pytest` deselects them; `-m fullsize` (or any
 -m expression naming them) selects them. The `ray` tests (tests/test_grading_ray.py: a batch graded on a Ray
 cluster of three nodes started on this machine) take a few minutes and are opt-in the same way (`-m ray`); `.ci/run`
-runs them after the default suite. This lives here rather than in pyproject.toml's addopts because
+runs them after the default suite. So do the `exhaustive` tests (tests/test_exercise_arguments.py: every solution
+notebook run once, then each exercise argument ignored in turn; about five minutes). This lives here rather than in pyproject.toml's addopts because
 course.sh re-runs the set-up (pip) whenever pyproject.toml changes.
 """
 
@@ -16,9 +17,12 @@ def pytest_configure(config):
         "markers", "fullsize: a notebook's default mode at GPT-2 small's size (opt-in: select with -m fullsize)"
     )
     config.addinivalue_line("markers", "ray: grading on a Ray cluster started here (opt-in: select with -m ray)")
+    config.addinivalue_line(
+        "markers", "exhaustive: every solution notebook run to try variants of its exercises (opt-in: -m exhaustive)"
+    )
 
 
-OPT_IN = ("fullsize", "ray")
+OPT_IN = ("fullsize", "ray", "exhaustive")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -95,9 +95,11 @@ class NotebookState:
         code: str | None = None,
         patch: Callable[[dict], None] | None = None,
         timeout: float = 30.0,
+        report: str | None = None,
     ) -> dict:
         """Fork this state; in the copy run `code` in place of the exercise cell, then `patch(namespace)`, then the
-        exercise's graded tests. Returns {"outcome", "message"}."""
+        exercise's graded tests. Returns {"outcome", "message"}, and "report": the namespace's entry `report`
+        afterwards (JSON-able) when one is named."""
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -119,6 +121,11 @@ class NotebookState:
                 outcome = {"outcome": "crashed", "message": f"timed out after {timeout:g} s"}
             except BaseException as err:  # noqa: BLE001 - anything else the variant raised is its outcome
                 outcome = {"outcome": "crashed", "message": f"{type(err).__name__}: {str(err)[:200]}"}
+            if report:
+                try:
+                    outcome["report"] = json.loads(json.dumps(self.namespace.get(report, {}), default=str))
+                except (TypeError, ValueError):
+                    outcome["report"] = {}
             os.write(write, json.dumps(outcome).encode())
             os._exit(0)
         os.close(write)

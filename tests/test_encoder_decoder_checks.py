@@ -326,6 +326,17 @@ WRONG = [
         },
         "and then slices",
     ),
+    # found by tests/test_exercise_arguments.py: one configuration let a size be hard-coded
+    (
+        "MultiHeadAttention",
+        {"MultiHeadAttention": ("/ math.sqrt(self.cfg.d_head)", "/ math.sqrt(4)")},
+        "d_head=6",
+    ),
+    (
+        "SharedEmbedding",
+        {"SharedEmbedding": ("self.W_E[tokens] * math.sqrt(self.cfg.d_model)", "self.W_E[tokens] * math.sqrt(64)")},
+        "d_model=36",
+    ),
     ("seq2seq_loss", {"seq2seq_loss": (LOSS, "")}, "counts the padding"),
     ("seq2seq_loss", {"seq2seq_loss": (LOSS, "        ignore_index=0,\n")}, "not pad_id=5: use the pad_id argument"),
     (
@@ -353,6 +364,17 @@ WRONG = [
     ),
     # 5. greedy decoding
     ("greedy_decode", {"greedy_decode": (NEXT, "pass")}, "Rows that finished keep generating"),
+    # found by bench/mutation_score.py: EOS and padding at the ends of the vocabulary hid these
+    (
+        "greedy_decode",
+        {"greedy_decode": ("        if finished.all():\n            break\n", "")},
+        "after every row had emitted EOS",
+    ),
+    (
+        "greedy_decode",
+        {"greedy_decode": ("finished |= next_token == cfg.eos_id", "finished |= next_token <= cfg.eos_id")},
+        "stopped after",
+    ),
     (
         "greedy_decode",
         {

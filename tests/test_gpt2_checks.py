@@ -380,6 +380,10 @@ def gen_in_place(model, tokens, n_new):
     return out
 
 
+def gen_six_tokens(model, tokens, n_new):  # the 6 of the check's first call, in place of the argument
+    return components("05_full_gpt2").greedy_generate(model, tokens, 6)
+
+
 @pytest.mark.parametrize(
     ("fn", "message"),
     [
@@ -392,6 +396,7 @@ def gen_in_place(model, tokens, n_new):
         (gen_only_new, "only the new tokens"),
         (gen_float_tokens, "dtype torch.float32"),
         (gen_in_place, "in place"),
+        (gen_six_tokens, "follow the n_new argument"),
     ],
 )
 def test_greedy_fails_wrong(fn, message):

@@ -170,6 +170,8 @@ def test_head_detector_wrong_keys():
 
 def _induction(mistake):
     def induction_scores(pattern, seq_len):
+        if mistake == "hard_coded":  # the 7 of the check's first call, in place of the argument
+            seq_len = 7
         offset = seq_len if mistake == "duplicate" else seq_len - 1
         stripe = pattern.diagonal(offset=-offset, dim1=-2, dim2=-1)
         if mistake == "whole_stripe":
@@ -190,6 +192,7 @@ def _induction(mistake):
         ("whole_stripe", ["first copy too"]),
         ("rows", ["whole rows"]),
         ("keep_batch", ["batch dimension"]),
+        ("hard_coded", ["must follow the seq_len argument"]),
     ],
 )
 def test_induction_score_mistakes(mistake, phrases):
@@ -207,7 +210,9 @@ def _segments(mistake):
         periods = torch.randint(min_period, high, (batch,), generator=g)
         if mistake == "fixed":
             periods = torch.full((batch,), max_period)
-        low = 0 if mistake == "bos_inside" else 1
+        if mistake == "hard_coded_periods":  # the first example's 3..9, written in place of the arguments
+            periods = torch.randint(3, 10, (batch,), generator=g).clamp(max=max_period)
+        low = {"bos_inside": 0, "skips_one": 2}.get(mistake, 1)
         segments = torch.randint(low, d_vocab, (batch, max_period), generator=g)
         if mistake == "one_segment":
             segments = segments[:1].expand(batch, -1)
@@ -229,6 +234,8 @@ def _segments(mistake):
         ("exclusive", ["never drew period", "exclusive"]),
         ("bos_inside", ["1..d_vocab-1"]),
         ("one_segment", ["same segment in every row"]),
+        ("skips_one", ["never used token [1]"]),
+        ("hard_coded_periods", ["never drew period 2"]),
         ("no_generator", ["same generator seed"]),
         ("tokens_only", ["pair (tokens, periods)"]),
     ],

@@ -304,6 +304,12 @@ WRONG = [
         "no_repeat_ngram_size=1",
     ),
     (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("            if token == eos_token_id:", "            if token == EOT:")},
+        "the finished beams compete with the live ones",
+    ),
+    (
         "generate_test",
         "generate",
         {"generate": ("finished |= next_token == eos_token_id", "finished |= next_token >= eos_token_id")},
@@ -339,6 +345,9 @@ KV_WRONG = [
         "concatenate past and new keys along dim=1",
     ),
     ({"KVCacheAttention": ("return out, (k, v)", "return out, (v, k)")}, "swapped"),
+    # found by tests/test_exercise_arguments.py: one configuration let a size be hard-coded
+    ({"KVCacheAttention": ("/ math.sqrt(self.cfg.d_head)", "/ math.sqrt(8)")}, "d_head=12"),
+    ({"KVCacheTransformer": ("if offset + new > self.cfg.n_ctx:", "if offset + new > 16:")}, "n_ctx=12"),
 ]
 
 

@@ -404,6 +404,10 @@ def _schedule(mistake):
     def lr_at(step, args):
         warm = step < args.warmup_steps
         span = max(1, args.max_steps - args.warmup_steps)
+        if mistake == "span_unguarded":
+            span = args.max_steps - args.warmup_steps
+        elif mistake == "span_floor_2":
+            span = max(2, args.max_steps - args.warmup_steps)
         progress = (step - args.warmup_steps) / span
         if mistake != "unclamped":
             progress = min(1.0, progress)
@@ -429,6 +433,9 @@ def _schedule(mistake):
         ("from_start", "progress from step 0"),
         ("no_warmup", "has no warm-up"),
         ("linear", "decays linearly"),
+        # found by bench/mutation_score.py: no schedule at its edges was tried
+        ("span_unguarded", "ZeroDivisionError"),
+        ("span_floor_2", "also when the decay lasts one step or none"),
     ],
 )
 def test_wrong_schedules_are_named(mistake, phrase):
@@ -486,6 +493,8 @@ def _groups(mistake: str):
             return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay}]
         if mistake == "fixed_value":
             return [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+        if mistake == "check_value":  # the 0.05 the check passes first, written in place of the argument
+            return [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}]
         if mistake == "one_dict":
             return {"params": decay + no_decay, "weight_decay": weight_decay}
         if mistake == "none_decayed":
@@ -520,6 +529,7 @@ def test_weight_decay_groups_pass(capsys):
         ("copies", "not one of the model's parameters"),
         ("no_decay_key", "has no 'weight_decay' entry"),
         ("fixed_value", "weight_decay 0.1"),
+        ("check_value", "must follow the weight_decay argument"),
         ("one_dict", "return a list of parameter groups"),
     ],
 )
