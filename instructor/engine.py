@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -148,6 +149,15 @@ def run_task(kind: str, bundle: bytes, digest: str, payload: dict) -> dict:
 
 
 # ---------------------------------------------------------------------- the coordinator
+def _why(err: Exception) -> str:
+    """One line for the log and the rows: the task's own exception where it raised one (Ray wraps it in a
+    RayTaskError whose first line is a coloured header), else Ray's (a node died, out of memory, ...)."""
+    cause = getattr(err, "cause", None)
+    shown = cause if isinstance(cause, BaseException) else err
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(shown)).strip()
+    return f"{type(shown).__name__}: {(text.splitlines() or [''])[0][:300]}"
+
+
 @dataclass
 class Task:
     key: str
@@ -208,9 +218,9 @@ class RayBatch:
                 task = pending.pop(ref)
                 try:
                     reply = ray.get(ref)
-                    problem = None if reply.get("tar") else f"the job returned no output (exit {reply['returncode']})"
+                    problem = self.job_problem(reply)
                 except ray.exceptions.RayError as err:
-                    reply, problem = None, f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
+                    reply, problem = None, _why(err)
                 if task.key in results:  # once per student, whatever arrives later
                     self.duplicates += 1
                     self.record(event="duplicate", what=what, key=task.key)
@@ -253,6 +263,16 @@ class RayBatch:
                     f"{self.retried} sent again, {failed} failed)"
                 )
         return results
+
+    @staticmethod
+    def job_problem(reply: dict) -> str | None:
+        """Why a job that ran to its end is to be sent again: it wrote nothing (it refused to grade, say, where a
+        node has no sandbox), or its grader stopped (a template that would not start on that node)."""
+        if reply.get("tar") and reply.get("returncode") != 2:
+            return None
+        last = [line for line in (reply.get("log") or "").splitlines() if line.strip()][-1:] or [""]
+        what = "its grader stopped" if reply.get("tar") else "the job returned no output"
+        return f"{what} (exit {reply.get('returncode')}) on {reply.get('host')}: {last[0][-300:]}"
 
     def run(self) -> None:
         g = self.g

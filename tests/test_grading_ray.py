@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from test_grading import (
@@ -35,6 +36,7 @@ from test_grading import (
 from test_grading import solve as solve_exercises
 
 from instructor.course import notebook_names, read_json
+from instructor.engine import Task
 from instructor.grade import prepare_course
 
 pytestmark = [pytest.mark.ray, needs_sandbox]
@@ -178,15 +180,20 @@ def batches(cluster, tmp_path_factory):
     }
 
 
+def _flags(row):
+    """A row's flags, less the note that someone edited the course while the batch ran (a shared machine)."""
+    return [f for f in row["flags"].split(" | ") if f and not f.startswith("the course's files changed")]
+
+
 def test_same_scores_and_verdicts_as_one_machine(batches):
     key = ("student", "notebook", "grade_id")
     fields = ("score", "max_score", "nbgrader_score", "recheck", "judge")
     local = {tuple(r[k] for k in key): r for r in _rows(batches["local"], "grades.csv")}
     ray = {tuple(r[k] for k in key): r for r in _rows(batches["ray"], "grades.csv")}
     assert local.keys() == ray.keys()
-    for k in local:
-        assert {f: ray[k][f] for f in fields} == {f: local[k][f] for f in fields}, k
-        assert bool(ray[k]["flags"]) == bool(local[k]["flags"]), (k, ray[k]["flags"], local[k]["flags"])
+    for k, row in local.items():
+        assert {f: ray[k][f] for f in fields} == {f: row[f] for f in fields}, k
+        assert _flags(ray[k]) == _flags(row), k
     scores = {r["student"]: float(r["score"]) for r in _rows(batches["ray"], "summary.csv")}
     # the grades themselves, not only their agreement: both batches could be wrong the same way
     assert scores == {"honest": 2.0, "wrong": 0.0, "check_tampering": 0.0, "forge_fd": 0.0, "network": 2.0}
@@ -234,3 +241,79 @@ def test_learner_code_cannot_reach_the_cluster(batches):
         "".join(output.get("text", "")) for cell in nb["cells"] for output in cell.get("outputs", [])
     )  # what the cell printed, not its source, which holds both lines
     assert "network: closed" in printed and "network: OPEN" not in printed, printed[-2000:]
+
+
+# ---------------------------------------------------------------------- the coordinator's accounting, on the cluster
+@pytest.fixture()
+def connected(cluster, tmp_path):
+    import ray
+
+    from instructor.engine import RayBatch
+
+    made, _ = cluster
+    ray.init(address=made.address, logging_level="WARNING", log_to_driver=False)
+    (tmp_path / "logs").mkdir()
+    grader = SimpleNamespace(
+        out=tmp_path, say=print, args=SimpleNamespace(task_timeout=8, retries=2, task_cpus=1), items=[]
+    )
+    try:
+        yield ray, RayBatch(grader), tmp_path
+    finally:
+        ray.shutdown()
+
+
+def test_a_failing_task_is_sent_again_a_bounded_number_of_times(connected):
+    ray, batch, tmp = connected
+
+    def flaky(kind, bundle, digest, payload):
+        from pathlib import Path
+
+        counter = Path(payload["counter"])
+        n = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(n))
+        if n <= payload["fail"]:
+            raise RuntimeError(f"attempt {n} fails")
+        return {"tar": b"x", "returncode": 0, "node": "n", "host": "h", "seconds": 0.0}
+
+    remote = ray.remote(num_cpus=1, max_retries=0)(flaky)
+    tasks = [
+        Task(key, "grade", {"counter": str(tmp / key), "fail": fail}) for key, fail in (("twice", 2), ("always", 99))
+    ]
+    results = batch.gather(ray, remote, tasks, "grading", ray.put(b""), "digest")
+    assert results["twice"]["tar"] == b"x"
+    assert results["always"]["failed"].startswith("3 attempts") and "attempt 3 fails" in results["always"]["failed"]
+    lost = [e["key"] for e in _events(tmp) if e["event"] == "lost"]
+    assert sorted(lost) == ["always"] * 3 + ["twice"] * 2
+    assert (tmp / "always").read_text() == "3" and batch.retried == 4
+
+
+def test_a_task_past_its_time_limit_is_cancelled_and_its_process_ends(connected):
+    import psutil
+
+    ray, batch, tmp = connected
+
+    def sleeper(kind, bundle, digest, payload):
+        import os
+        import time
+
+        with open(payload["pid"], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(300)
+
+    remote = ray.remote(num_cpus=1, max_retries=0)(sleeper)
+    t0 = time.monotonic()
+    results = batch.gather(ray, remote, [Task("slow", "grade", {"pid": str(tmp / "pid")})], "grading", None, "d")
+    assert "cancelled after 8 s" in results["slow"]["failed"] and time.monotonic() - t0 < 60
+    pid = int((tmp / "pid").read_text())
+    deadline = time.monotonic() + 30
+
+    def alive():
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    while alive():
+        assert time.monotonic() < deadline, "the cancelled task's worker still runs"
+        time.sleep(0.5)
+    assert [e["event"] for e in _events(tmp)] == ["sent", "cancelled"]
