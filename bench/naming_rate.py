@@ -11,8 +11,6 @@ then the overall ratios.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import sys
 import time
@@ -24,24 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import torch
-from wrong_versions import CASES, MESSAGE_HEAD, Case
-
-
-def run_case(c: Case) -> tuple[str, str]:
-    """('pass' | 'named' | 'unnamed' | 'error', message) for one entry."""
-    torch.manual_seed(0)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            c.run()
-    except AssertionError as err:
-        message = str(err)
-        head = message[:MESSAGE_HEAD].lower()
-        if c.correct:
-            return "refused", message
-        return ("named" if any(p in head for p in c.phrases) else "unnamed"), message
-    except Exception as err:  # noqa: BLE001 -- a bench entry that cannot run is reported, not fatal
-        return "error", f"{type(err).__name__}: {err}"
-    return "pass", ""
+from wrong_versions import CASES, run_case
 
 
 def main() -> None:

@@ -97,8 +97,39 @@ def check_tensor(out: Tensor, shape: tuple[int, ...], what: str, dtype=torch.flo
         )
 
 
-def mismatch_summary(actual: Tensor, expected: Tensor, atol: float, rtol: float) -> str | None:
-    """None when `actual` matches `expected` within |a - e| <= atol + rtol * |e|, else a description."""
+def _ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    parts, start = [], None
+    for i, value in enumerate(indices):
+        if start is None:
+            start = value
+        if i + 1 == len(indices) or indices[i + 1] != value + 1:
+            parts.append(f"{start}" if start == value else f"{start}-{value}")
+            start = None
+    return ", ".join(parts)
+
+
+def where_it_differs(bad: Tensor, names: tuple[str, ...] | None = None) -> str:
+    """The axes along which the wrong entries are confined to some indices (evidence, not a cause): e.g.
+    '; the differences are only at position 2 (of 0-3)'. '' when they are spread over every index of every axis."""
+    found = []
+    for axis, size in enumerate(bad.shape):
+        if size < 2:
+            continue
+        touched = bad.transpose(0, axis).reshape(size, -1).any(dim=1).nonzero().flatten().tolist()
+        if 0 < len(touched) < size:
+            label = names[axis] if names and axis < len(names) else f"axis {axis}"
+            found.append(f"{label} {_ranges(touched)} (of 0-{size - 1})")
+    if not found:
+        return ""
+    return "; the differences are only at " + " and ".join(found[:2])
+
+
+def mismatch_summary(
+    actual: Tensor, expected: Tensor, atol: float, rtol: float, names: tuple[str, ...] | None = None
+) -> str | None:
+    """None when `actual` matches `expected` within |a - e| <= atol + rtol * |e|, else a description: how many entries
+    differ, the largest difference, and the indices the differences are confined to (`names`: the axes' names)."""
     actual = actual.detach().to(torch.float64)
     expected = expected.detach().to(torch.float64)
     diff = (actual - expected).abs()
@@ -112,13 +143,20 @@ def mismatch_summary(actual: Tensor, expected: Tensor, atol: float, rtol: float)
         f"{int(bad.sum())} of {bad.numel()} values ({share:.1%}) differ by more than atol={atol:g} + "
         f"rtol={rtol:g}*|expected|; the largest difference is {diff.max().item():.3g} at index {index} "
         f"(got {actual.flatten()[flat].item():.6g}, expected {expected.flatten()[flat].item():.6g})"
+        f"{where_it_differs(bad, names) if bad.dim() > 1 else ''}"
     )
 
 
 def assert_close(
-    actual: Tensor, expected: Tensor, what: str, atol: float = 1e-5, rtol: float = 1e-4, hint: str = ""
+    actual: Tensor,
+    expected: Tensor,
+    what: str,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    hint: str = "",
+    names: tuple[str, ...] | None = None,
 ) -> None:
-    summary = mismatch_summary(actual, expected, atol, rtol)
+    summary = mismatch_summary(actual, expected, atol, rtol, names)
     if summary is not None:
         fail(f"{what}: {summary}.{(' ' + hint) if hint else ''}")
 

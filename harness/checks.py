@@ -282,9 +282,16 @@ def _forward(module, x: Tensor, what: str, kind: str, cfg: Config) -> Tensor:
     return out
 
 
+def _axis_names(kind: str, out) -> tuple[str, ...] | None:
+    """What the output's axes are, for the messages' account of where it differs."""
+    if out.dim() != 3:
+        return None
+    return ("batch row", "position", "logit" if kind in ("Unembed", "DemoTransformer") else "feature")
+
+
 def _compare_outputs(kind, module, reference, x, out, what, context) -> None:
     expected = _run_reference(reference, x)
-    summary = mismatch_summary(out, expected, _tolerance(expected), RTOL)
+    summary = mismatch_summary(out, expected, _tolerance(expected), RTOL, _axis_names(kind, out))
     if summary is None:
         return
     hint = _variants.diagnose(kind, reference, x, out, _tolerance(expected), RTOL)
@@ -427,7 +434,7 @@ def load_gpt2_test(cls, reference_module, input, cfg: Config | None = None) -> N
         out = _forward(module, x, what, kind, cfg)
         expected = _run_reference(reference_module, x)
     atol = 1e-4 * max(1.0, expected.abs().mean().item())
-    summary = mismatch_summary(out, expected, atol, 1e-4)
+    summary = mismatch_summary(out, expected, atol, 1e-4, _axis_names(kind, out))
     if summary is not None:
         hint = _variants.diagnose(kind, reference_module, x, out, atol, 1e-4)
         if not hint and kind == "TransformerBlock":

@@ -9,7 +9,9 @@ share held); `python bench/naming_rate.py` prints the rates per check.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import math
 import os
 import sys
@@ -1930,6 +1932,17 @@ for mistake, phrase in [
     )
 add("train_addition_test", "", lambda: harness.train_addition_test(c06.train_addition, c06.TrainingArgs))
 
+# reversal_floor_test: the floor as a function of (seq_len, d_vocab), and the mistakes of counting
+add("reversal_floor_test", "", lambda: harness.reversal_floor_test(c06.reversal_loss_floor))
+for label, floor, phrase in [
+    ("first token counted", lambda n, v: (n // 2) / (n - 1) * math.log(v), "no loss is taken on it"),
+    ("over seq_len positions", lambda n, v: (n // 2 - 1) / n * math.log(v), "seq_len - 1 predictions"),
+    ("in bits", lambda n, v: (n // 2 - 1) / (n - 1) * math.log2(v), "in bits"),
+    ("a total, not a mean", lambda n, v: (n // 2 - 1) * math.log(v), "total over the sequence"),
+    ("right for 16 and 100 only", lambda n, v: 7 / 15 * math.log(100), "seq_len=8, d_vocab=10"),
+]:
+    add("reversal_floor_test", label, lambda f=floor: harness.reversal_floor_test(f), phrase)
+
 
 def _course_names() -> None:
     """Give every wrong class its course class's name, as a learner's would have: a name like `LNNoBias` must not
@@ -1943,3 +1956,20 @@ def _course_names() -> None:
 
 
 _course_names()
+
+
+def run_case(c: Case) -> tuple[str, str]:
+    """('pass' | 'named' | 'unnamed' | 'error', message) for one entry."""
+    torch.manual_seed(0)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            c.run()
+    except AssertionError as err:
+        message = str(err)
+        head = message[:MESSAGE_HEAD].lower()
+        if c.correct:
+            return "refused", message
+        return ("named" if any(p in head for p in c.phrases) else "unnamed"), message
+    except Exception as err:  # noqa: BLE001 -- a bench entry that cannot run is reported, not fatal
+        return "error", f"{type(err).__name__}: {err}"
+    return "pass", ""
