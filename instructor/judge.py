@@ -143,12 +143,19 @@ FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+# Exercises whose contract is to use TransformerLens (its hooks): its code runs, only its ready-made answers may not.
+TL_EXERCISES = {("08_interpretability", "mean_ablate_heads"): ("py:transformer_lens/patching.py",)}
+
+
 def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
     """The rules for one probe. Besides the exercise's own, the oracles and the course's answers for this very
     notebook: code compiled from `solutions/<notebook>.ipynb` (`harness.components`, reached by any route) runs
     under that file name, so the record shows it however it was called; earlier notebooks' stay allowed."""
     rules = FORBIDDEN_OPS.get(notebook, {})
-    return (*ORACLES, f"py:<solutions/{notebook}.ipynb>", *rules.get("*", ()), *rules.get(target, ()))
+    oracles = ORACLES
+    if (notebook, target) in TL_EXERCISES:
+        oracles = (*(o for o in ORACLES if o != "py:transformer_lens/"), *TL_EXERCISES[notebook, target])
+    return (*oracles, f"py:<solutions/{notebook}.ipynb>", *rules.get("*", ()), *rules.get(target, ()))
 
 
 PROBES: dict[str, tuple[Probe, ...]] = {
@@ -338,6 +345,21 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "induction_scores",
             ("causal_softmax", ("batch", "n_heads", "repeated_pos", "repeated_pos")),
             ("dim", "seq_len"),
+        ),
+        _fn(  # every activation under TransformerLens's names, from the course's model with the judge's weights
+            "test_cache_activations",
+            "cache_activations",
+            ("course_weights", ("08_interpretability", "DemoTransformer")),
+            *TOKENS,
+            output="dict",
+        ),
+        _fn(  # through TransformerLens's hooks, as the check does: its code may run, its patching helpers may not
+            "test_mean_ablate_heads",
+            "mean_ablate_heads",
+            ("hooked_course", ("08_interpretability", "DemoTransformer")),
+            *TOKENS,
+            ("int", (0, SMALL["n_layers"] - 1)),
+            ("head_list", None),
         ),
     ),
     "09_encoder_decoder": (
@@ -615,6 +637,25 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
         model = getattr(components(notebook), class_name)(Config(**SMALL))
         return model, {"course_model": class_name, "notebook": notebook, "config": dict(SMALL)}
+    if kind in ("course_weights", "hooked_course"):  # the course's model with the judge's random weights
+        notebook, class_name = param
+        from harness.course import components
+
+        model = getattr(components(notebook), class_name)(Config(**SMALL))
+        _random_parameters(model, gen)
+        model.eval()
+        for k, v in model.state_dict().items():
+            tensors[f"{key}.w.{k}"] = v.detach().clone().contiguous()
+        spec = {"course_model": class_name, "notebook": notebook, "config": dict(SMALL), "weight_prefix": f"{key}.w."}
+        if kind == "hooked_course":  # as the checks do: TransformerLens's HookedTransformer holding those weights
+            from harness.interp import to_hooked_transformer
+
+            model, spec["hooked"] = to_hooked_transformer(model), True
+        return model, spec
+    if kind == "head_list":  # one or two distinct heads, in increasing order
+        count = _randint(1, min(2, dims["n_heads"]), gen)
+        heads = sorted(torch.randperm(dims["n_heads"], generator=gen)[:count].tolist())
+        return list(heads), {"int_list": heads}
     if kind == "table_seq2seq":
         table = torch.randn((dims["d_vocab"], dims["d_vocab"]), generator=gen)
         table[:, dims["eos_id"]] += 1.0  # EOS often enough that rows finish at different steps

@@ -127,6 +127,11 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         if not all(isinstance(row, list) and all(type(x) is int for x in row) for row in rows):
             raise ProbeError("the judge sent a list that is not of lists of ints")
         return [list(row) for row in rows]
+    if "int_list" in spec:
+        values = spec["int_list"]
+        if not (isinstance(values, list) and all(type(x) is int for x in values)):
+            raise ProbeError("the judge sent a list that is not of ints")
+        return list(values)
     if "generator" in spec:
         import torch
 
@@ -139,8 +144,17 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         import harness
         from harness.course import components
 
-        model = getattr(components(spec["notebook"]), spec["course_model"])
-        return model(harness.Config(**spec["config"]))
+        model = getattr(components(spec["notebook"]), spec["course_model"])(harness.Config(**spec["config"]))
+        if "weight_prefix" in spec:  # the judge's weights, every one of them
+            prefix = spec["weight_prefix"]
+            state = {k[len(prefix) :]: t.clone() for k, t in tensors.items() if k.startswith(prefix)}
+            model.load_state_dict(state, strict=True)
+            model.eval()
+        if spec.get("hooked"):
+            from harness.interp import to_hooked_transformer
+
+            model = to_hooked_transformer(model)
+        return model
     if "tensors" in spec:
         prefix = spec["tensors"]
         return {key[len(prefix) :]: t.clone() for key, t in tensors.items() if key.startswith(prefix)}

@@ -308,6 +308,20 @@ MISTAKES = [
         "offset=-seq_len",
         "differs from the course's induction_scores",
     ),
+    (  # the recomputed pattern without 1/sqrt(d_head): judged outside on the course's model with fresh weights
+        "08_interpretability",
+        "test_cache_activations",
+        "scores = q @ k.transpose(-1, -2) / math.sqrt(attn.cfg.d_head)",
+        "scores = q @ k.transpose(-1, -2)",
+        "differs from the course's cache_activations",
+    ),
+    (  # zero ablation for mean ablation, through TransformerLens's hooks on a HookedTransformer built in the child
+        "08_interpretability",
+        "test_mean_ablate_heads",
+        "z[:, :, heads] = z[:, :, heads].mean(dim=0, keepdim=True)",
+        "z[:, :, heads] = 0.0",
+        "differs from the course's mean_ablate_heads",
+    ),
     (
         "09_encoder_decoder",
         "test_make_batch",
