@@ -43,10 +43,11 @@ PASSED_ENV = ("COURSE_FAST", "HF_HUB_OFFLINE")
 
 
 # ---------------------------------------------------------------------- files in and out of tasks
-def pack(folder: Path) -> bytes:
+def pack(folder: Path, only: str = "") -> bytes:
+    """The folder (or only its sub-folder `only`, at the same place in the archive) as a tar.gz."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=3) as tar:
-        for path in sorted(folder.rglob("*")):
+        for path in sorted((folder / only).rglob("*")):
             if path.is_symlink() or not (path.is_file() or path.is_dir()):
                 continue  # a job's output holds plain files and folders only
             tar.add(path, arcname=str(path.relative_to(folder)), recursive=False)
@@ -162,7 +163,9 @@ def _why(err: Exception) -> str:
 class Task:
     key: str
     kind: str
-    payload: dict
+    payload: (
+        object  # a dict, or a function making it when the task is sent (so a class's inputs are never all in memory)
+    )
     attempt: int = 0
     started: float = 0.0
     failures: list[str] = field(default_factory=list)
@@ -200,8 +203,9 @@ class RayBatch:
         when it runs (a node lost or added changes it)."""
         return max(1, int(ray.cluster_resources().get("CPU", 0) // self.args.task_cpus))
 
-    def gather(self, ray, remote, tasks: list[Task], what: str, bundle_ref, digest) -> dict[str, dict]:
-        """Run every task; key -> the job's reply, or {"failed": why} once its attempts are spent."""
+    def gather(self, ray, remote, tasks: list[Task], what: str, bundle_ref, digest, on_result=None) -> dict[str, dict]:
+        """Run every task; key -> the job's reply (what `on_result(task, reply)` makes of it, as it arrives, so that
+        a class's outputs are never all in memory), or {"failed": why} once its attempts are spent."""
         queue, pending, results = list(tasks), {}, {}
         total = len(tasks)
         last_line = 0.0
@@ -210,7 +214,9 @@ class RayBatch:
                 task = queue.pop(0)
                 task.attempt += 1
                 task.started = time.monotonic()
-                ref = remote.remote(task.kind, bundle_ref, digest, task.payload)
+                payload = task.payload() if callable(task.payload) else task.payload
+                ref = remote.remote(task.kind, bundle_ref, digest, payload)
+                del payload
                 pending[ref] = task
                 self.record(event="sent", what=what, key=task.key, attempt=task.attempt)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -235,7 +241,7 @@ class RayBatch:
                     else:
                         results[task.key] = {"failed": f"{task.attempt} attempts: {' / '.join(task.failures)}"}
                     continue
-                results[task.key] = reply
+                results[task.key] = on_result(task, reply) if on_result else reply
                 self.record(
                     event="done",
                     what=what,
@@ -287,48 +293,74 @@ class RayBatch:
             data = pack(bundle)
             digest = hashlib.sha256(data).hexdigest()[:16]
             bundle_ref = ray.put(data)
-            # The judge's probes for each student: the inputs travel with the task, the expected outputs stay here.
+            # The judge's probes for each student, drawn when its task is sent (afresh for a task sent again): the
+            # inputs travel with the task, the expected outputs stay here until its result comes back.
             prepared: dict[tuple[str, str], judge.Prepared] = {}
-            tasks = []
-            for student, items in by_student.items():
-                inputs = scratch / "judge" / student
-                for item in items:
-                    if item.notebook not in judge.PROBES:
-                        continue
-                    try:
-                        prepared[(student, item.notebook)] = judge.prepare(item.notebook, inputs / item.notebook)
-                    except Exception as err:  # noqa: BLE001 - a broken judge fails its tests (flagged), never the batch
-                        message = f"the judge could not prepare its probes: {type(err).__name__}: {err}"[:300]
-                        item.flags.append(message)
-                        item.judged = judge.no_result(item.notebook, message)
-                payload = {
-                    "student": student,
-                    "notebooks": {it.notebook: it.path.read_text(encoding="utf-8") for it in items},
-                    "judge": pack(inputs) if inputs.is_dir() else None,
-                    "timeout": self.args.task_timeout,
-                }
-                tasks.append(Task(student, "grade", payload))
-            g.say(f"grading {len(tasks)} students on Ray, one task each ({self.args.task_cpus:g} CPUs per task)")
-            results = self.gather(ray, remote, tasks, "grading", bundle_ref, digest)
             jobs = scratch / "jobs"
-            for student, items in by_student.items():
-                self.take(student, items, results[student], jobs / student, prepared)
+
+            def grading_payload(student: str, items: list):
+                def make() -> dict:
+                    inputs = scratch / "judge" / student
+                    shutil.rmtree(inputs, ignore_errors=True)
+                    for item in items:
+                        if item.notebook in judge.PROBES:
+                            self.prepare(item, inputs, prepared)
+                    return {
+                        "student": student,
+                        "notebooks": {it.notebook: it.path.read_text(encoding="utf-8") for it in items},
+                        "judge": pack(inputs) if inputs.is_dir() else None,
+                        "timeout": self.args.task_timeout,
+                    }
+
+                return make
+
+            def graded(task: Task, reply: dict) -> dict:
+                self.take(task.key, by_student[task.key], reply, jobs / task.key, prepared)
+                return {"host": reply["host"]}
+
+            tasks = [Task(student, "grade", grading_payload(student, items)) for student, items in by_student.items()]
+            g.say(f"grading {len(tasks)} students on Ray, one task each ({self.args.task_cpus:g} CPUs per task)")
+            results = self.gather(ray, remote, tasks, "grading", bundle_ref, digest, graded)
+            for student, reply in results.items():
+                if "failed" in reply:
+                    self.take(student, by_student[student], reply, jobs / student, prepared)
             # nbgrader's feedback pages, once the scores are known: a second, short task per student.
             if not self.args.no_feedback:
+
+                def feedback_payload(student: str, records: list):
+                    return lambda: {
+                        "job": pack(jobs / student, "course/autograded"),
+                        "records": records,
+                        "timeout": self.args.task_timeout,
+                    }
+
+                def fed(task: Task, reply: dict) -> dict:
+                    self.take_feedback(task.key, reply, by_student[task.key])
+                    return {"host": reply["host"]}
+
                 fb_tasks = []
                 for student, items in by_student.items():
                     records = [self.gradebook_record(it) for it in items if it.status == "graded"]
-                    if records and (jobs / student).is_dir():
-                        payload = {"job": pack(jobs / student), "records": records, "timeout": self.args.task_timeout}
-                        fb_tasks.append(Task(student, "feedback", payload))
-                feedback = self.gather(ray, remote, fb_tasks, "feedback", bundle_ref, digest)
+                    if records and (jobs / student / "course" / "autograded").is_dir():
+                        fb_tasks.append(Task(student, "feedback", feedback_payload(student, records)))
+                feedback = self.gather(ray, remote, fb_tasks, "feedback", bundle_ref, digest, fed)
                 for student, reply in feedback.items():
-                    self.take_feedback(student, reply, by_student[student])
+                    if "failed" in reply:
+                        self.take_feedback(student, reply, by_student[student])
         self.write_gradebook()
         g.say(
             f"ray: {self.retried} tasks sent again, {self.cancelled} cancelled, {self.duplicates} duplicate results "
             f"dropped; every task in {self.log}"
         )
+
+    def prepare(self, item, inputs: Path, prepared: dict) -> None:
+        try:
+            prepared[(item.student, item.notebook)] = judge.prepare(item.notebook, inputs / item.notebook)
+        except Exception as err:  # noqa: BLE001 - a broken judge fails its tests (flagged), never the batch
+            message = f"the judge could not prepare its probes: {type(err).__name__}: {err}"[:300]
+            if message not in item.flags:
+                item.flags.append(message)
+            item.judged = judge.no_result(item.notebook, message)
 
     def take(self, student: str, items: list, reply: dict, job: Path, prepared: dict) -> None:
         """One job's results into the coordinator's items: the judge's verdicts computed here, then the scores."""
@@ -337,7 +369,7 @@ class RayBatch:
             for item in items:
                 self.fail(item, f"the grading job failed: {reply['failed']}")
             return
-        unpack(reply["tar"], job)
+        unpack(reply.pop("tar"), job)
         result = json.loads((job / "result.json").read_text())
         returned = {entry["notebook"]: entry for entry in result["items"]}
         course = g.course
