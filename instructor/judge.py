@@ -144,7 +144,23 @@ FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
 
 
 # Exercises whose contract is to use TransformerLens (its hooks): its code runs, only its ready-made answers may not.
-TL_EXERCISES = {("08_interpretability", "mean_ablate_heads"): ("py:transformer_lens/patching.py",)}
+_CACHE_ANSWERS = tuple(  # ActivationCache's own logit lens and direct logit attribution
+    f"py:transformer_lens/ActivationCache.py:{method}"
+    for method in (
+        "accumulated_resid",
+        "decompose_resid",
+        "apply_ln_to_stack",
+        "logit_attrs",
+        "get_full_resid_decomposition",
+        "stack_head_results",
+        "stack_neuron_results",
+    )
+)
+TL_EXERCISES = {
+    ("08_interpretability", "mean_ablate_heads"): ("py:transformer_lens/patching.py",),
+    ("08_interpretability", "logit_lens"): _CACHE_ANSWERS,
+    ("08_interpretability", "logit_attribution"): _CACHE_ANSWERS,
+}
 
 
 def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
@@ -360,6 +376,21 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             *TOKENS,
             ("int", (0, SMALL["n_layers"] - 1)),
             ("head_list", None),
+        ),
+        _fn(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it
+            "test_logit_lens",
+            "logit_lens",
+            ("hooked_course", ("08_interpretability", "DemoTransformer")),
+            ("run_cache", (0, TOKENS[0])),
+        ),
+        _fn(  # random parts: the attribution is linear in them, through the cache's frozen LayerNorm scale
+            "test_logit_attribution",
+            "logit_attribution",
+            ("hooked_course", ("08_interpretability", "DemoTransformer")),
+            ("float", (5, "batch", "pos", "d_model")),
+            ("run_cache", (0, 3)),
+            *TOKENS,
+            atol=1e-3,
         ),
     ),
     "09_encoder_decoder": (
@@ -652,6 +683,8 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
+    if kind == "run_cache":
+        return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "head_list":  # one or two distinct heads, in increasing order
         count = _randint(1, min(2, dims["n_heads"]), gen)
         heads = sorted(torch.randperm(dims["n_heads"], generator=gen)[:count].tolist())
@@ -726,6 +759,16 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
             _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
             for j, (kind, param) in enumerate(probe.args)
         ]
+        for j, (kind, param) in enumerate(probe.args):
+            if kind == "run_cache":  # the cache of argument m (a HookedTransformer) on tokens, made here and there:
+                model_at, tokens = param  # tokens: another argument's index, or drawn for the cache alone
+                if isinstance(tokens, int):
+                    value, entry = drawn[tokens][0], {"run_cache": [model_at, tokens]}
+                else:
+                    value, tokens_entry = _draw(*tokens, f"{name}.in{j}.tokens", dims, course, gen, tensors)
+                    entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
+                with torch.no_grad():
+                    drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
         entry = {
             "name": name,
             "grade_id": probe.grade_id,

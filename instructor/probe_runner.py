@@ -238,7 +238,13 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     target = namespace.get(probe["target"])
     if target is None:
         raise ProbeError(f"{probe['target']} is not defined in the notebook")
-    args = [_argument(spec, namespace, tensors) for spec in probe["args"]]
+    args = [None if "run_cache" in spec else _argument(spec, namespace, tensors) for spec in probe["args"]]
+    for j, spec in enumerate(probe["args"]):
+        if "run_cache" in spec:  # a HookedTransformer's cache on the probe's tokens, made before the learner's call
+            model_at, tokens_at = spec["run_cache"]
+            tokens = args[tokens_at] if tokens_at is not None else _argument(spec["tokens"], namespace, tensors)
+            with torch.no_grad():
+                args[j] = args[model_at].run_with_cache(tokens)[1]
     names = list(probe.get("keywords", []))
     keywords = dict(zip(names, args[len(args) - len(names) :], strict=True))
     args = args[: len(args) - len(names)]

@@ -322,6 +322,20 @@ MISTAKES = [
         "z[:, :, heads] = 0.0",
         "differs from the course's mean_ablate_heads",
     ),
+    (  # no final LayerNorm: on a cache the child makes from the judge's model and tokens
+        "08_interpretability",
+        "test_logit_lens",
+        "model.unembed(model.ln_final(resid))",
+        "model.unembed(resid)",
+        "differs from the course's logit_lens",
+    ),
+    (  # LayerNorm's centring left out of each part
+        "08_interpretability",
+        "test_logit_attribution",
+        "x = x - x.mean(dim=-1, keepdim=True)",
+        "x = x + 0.0",
+        "differs from the course's logit_attribution",
+    ),
     (
         "09_encoder_decoder",
         "test_make_batch",
@@ -653,6 +667,26 @@ FUNCTION_CASES = [
         "test_lr_at",
         "class TrainingArgs:\n    pass\n\ndef lr_at(step, args):\n    return 0.1\n",
         "TrainingArgs(max_steps=..., lr=..., warmup_steps=..., min_lr_ratio=...) raised TypeError",
+    ),
+    (  # TransformerLens's own logit lens: the cache computes the answer
+        "08_interpretability",
+        "test_logit_lens",
+        (
+            "def logit_lens(model, cache):\n"
+            "    stack = cache.accumulated_resid(apply_ln=True)\n"
+            "    return model.unembed(stack)\n"
+        ),
+        "accumulated_resid",
+    ),
+    (  # and its own direct logit attribution
+        "08_interpretability",
+        "test_logit_attribution",
+        (
+            "def logit_attribution(model, parts, cache, tokens):\n"
+            "    scaled = cache.apply_ln_to_stack(parts[:, :, :-1], pos_slice=slice(0, -1))\n"
+            "    return (scaled * model.W_U.T[tokens[:, 1:]]).sum(-1)\n"
+        ),
+        "apply_ln_to_stack",
     ),
 ]
 
