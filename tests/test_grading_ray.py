@@ -277,10 +277,17 @@ def test_a_failing_task_is_sent_again_a_bounded_number_of_times(connected):
 
     remote = ray.remote(num_cpus=1, max_retries=0)(flaky)
     tasks = [
-        Task(key, "grade", {"counter": str(tmp / key), "fail": fail}) for key, fail in (("twice", 2), ("always", 99))
+        Task(key, "grade", {"counter": str(tmp / key), "fail": fail})
+        for key, fail in (("twice", 2), ("always", 99), ("sent twice", 0))
     ]
-    results = batch.gather(ray, remote, tasks, "grading", ray.put(b""), "digest")
+    tasks.append(Task("sent twice", "grade", {"counter": str(tmp / "second"), "fail": 0}))
+    taken = []
+    results = batch.gather(
+        ray, remote, tasks, "grading", ray.put(b""), "digest", lambda task, reply: taken.append(task.key) or reply
+    )
     assert results["twice"]["tar"] == b"x"
+    # a second result for a student already done is dropped, and counted
+    assert sorted(taken) == ["sent twice", "twice"] and batch.duplicates == 1
     assert results["always"]["failed"].startswith("3 attempts") and "attempt 3 fails" in results["always"]["failed"]
     lost = [e["key"] for e in _events(tmp) if e["event"] == "lost"]
     assert sorted(lost) == ["always"] * 3 + ["twice"] * 2
