@@ -264,6 +264,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("real", (0.01, 0.3)),
             output="param_groups",
         ),
+        _fn(  # a few steps of the learner's loop on the judge's model; every window the same, so any way of drawing
+            # a batch gives the same batches: the trained weights must match the course's loop, whatever the order
+            "test_train",
+            "train",
+            ("course_weights", ("06_training", "DemoTransformer")),
+            ("repeated", ("tokens", ("n_ctx",))),
+            ("repeated", ("tokens", ("n_ctx",))),
+            ("train_args", None),
+            output="dict",
+            script="trained_weights",
+            expect="trained_weights",
+            atol=1e-4,
+        ),
     ),
     "07_sampling_and_kv_cache": (
         _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.2, 3.0)), compare="softmax"),
@@ -475,7 +488,21 @@ def _segment_rules(course, batch, n_ctx, d_vocab, min_period, max_period, genera
     return {"batch": batch, "n_ctx": n_ctx, "d_vocab": d_vocab, "min_period": min_period, "max_period": max_period}
 
 
-EXPECTATIONS = {"sampling_distribution": _sampling_distribution, "segment_rules": _segment_rules}
+def _trained_weights(course, model, train_windows, val_windows, args) -> dict:
+    import contextlib
+    import io
+
+    from instructor.probe_runner import trained_weights
+
+    with contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
+        return trained_weights(course.train, model, train_windows, val_windows, args)
+
+
+EXPECTATIONS = {
+    "sampling_distribution": _sampling_distribution,
+    "segment_rules": _segment_rules,
+    "trained_weights": _trained_weights,
+}
 SAMPLES = 4000  # draws per sampling probe: a token of probability p is off by 6 sigma once in ~10^9 tests
 
 
@@ -685,6 +712,20 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         return model, spec
     if kind == "run_cache":
         return None, {}  # made once every other argument is drawn (`prepare`)
+    if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
+        fields = {
+            "batch_size": _randint(2, 5, gen),
+            "max_steps": _randint(4, 7, gen),
+            "lr": round(10 ** (-3 + _randint(0, 100, gen) / 100), 6),
+            "warmup_steps": _randint(1, 3, gen),
+            "min_lr_ratio": _randint(0, 50, gen) / 100,
+            "weight_decay": _randint(1, 30, gen) / 100,
+            "grad_clip": _randint(1, 6, gen) / 20,  # 0.05 to 0.3: below a random model's gradient norm, so it clips
+            "eval_every": _randint(2, 3, gen),
+            "eval_batches": _randint(1, 2, gen),
+            "seed": _randint(0, 10_000, gen),
+        }
+        return course.TrainingArgs(**fields), {"dataclass": "TrainingArgs", "fields": fields}
     if kind == "head_list":  # one or two distinct heads, in increasing order
         count = _randint(1, min(2, dims["n_heads"]), gen)
         heads = sorted(torch.randperm(dims["n_heads"], generator=gen)[:count].tolist())
@@ -779,6 +820,8 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
             "keywords": list(probe.keywords),
             "forbidden_ops": list(forbidden_ops(notebook, probe.target)),
         }
+        if probe.script and not probe.module:
+            entry["script"] = probe.script  # the function is run through it, in the child as here
         values = [_copy(value) for value, _ in drawn]
         n_positional = len(values) - len(probe.keywords)
         keywords = dict(zip(probe.keywords, values[n_positional:], strict=True))

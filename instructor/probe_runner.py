@@ -255,7 +255,8 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     else:
         if not callable(target):
             raise ProbeError(f"{probe['target']} is not a function")
-        call = target
+        script = probe.get("script")
+        call = target if script is None else functools.partial(SCRIPTS[script], target)
     with torch.no_grad():
         out = _call_watching(probe["target"], call, args, keywords, tuple(probe.get("forbidden_ops", ())))
     if probe.get("output") == "param_groups":
@@ -306,7 +307,16 @@ def kv_steps(model, tokens, start: int):
     return torch.cat(outs, dim=1)
 
 
-SCRIPTS = {"kv_steps": kv_steps}
+def trained_weights(train, model, train_windows, val_windows, args) -> dict:
+    """`train` run on `model` (its log kept quiet), then the model's weights: what the judge compares."""
+    import torch
+
+    with torch.enable_grad():
+        train(model, train_windows, val_windows, args, log=lambda *_: None)
+    return {name: p.detach() for name, p in model.named_parameters()}
+
+
+SCRIPTS = {"kv_steps": kv_steps, "trained_weights": trained_weights}
 
 
 def param_group_decay(groups, model):

@@ -308,6 +308,21 @@ MISTAKES = [
         "offset=-seq_len",
         "differs from the course's induction_scores",
     ),
+    (  # no gradient clipping: a few steps of the learner's loop on the judge's model, weights compared outside
+        "06_training",
+        "test_train",
+        "batch)\n        optimizer.zero_grad()\n        loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n",
+        "batch)\n        optimizer.zero_grad()\n        loss.backward()\n",
+        "differs from the course's train",
+    ),
+    (  # the learning-rate schedule never applied
+        "06_training",
+        "test_train",
+        '        for group in optimizer.param_groups:\n            group["lr"] = lr_at(step, args)\n        batch = train_windows',
+        "        batch = train_windows",
+        "differs from the course's train",
+    ),
     (  # the recomputed pattern without 1/sqrt(d_head): judged outside on the course's model with fresh weights
         "08_interpretability",
         "test_cache_activations",
