@@ -547,6 +547,21 @@ def _next_token_rule(prefix: list[int]) -> int:
     return (7 * sum(prefix) + 3 * len(prefix) + 1) % _GEN_VOCAB
 
 
+class _EndOfTextLM(nn.Module):
+    """GPT-2's vocabulary, and <|endoftext|> the likeliest next token at every position."""
+
+    EOT = 50256
+
+    def __init__(self):
+        super().__init__()
+        self.cfg = Config(d_vocab=self.EOT + 1, n_ctx=64, d_model=8, d_head=4, n_heads=2, d_mlp=16, n_layers=1)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        logits = torch.zeros(*tokens.shape, self.cfg.d_vocab)
+        logits[..., self.EOT] = 1.0
+        return logits
+
+
 class _RuleLM(nn.Module):
     """A deterministic stand-in for a language model: logits [batch pos d_vocab] whose argmax at position p is
     `_next_token_rule(tokens[:p+1])`, with a small margin, so sampling would rarely pick it."""
@@ -641,6 +656,17 @@ def greedy_generate_test(greedy_generate) -> None:
                 f"{name}(model, tokens, n_new=2) differs from the first 2 of the {n_new} greedy tokens that "
                 f"n_new={n_new} gave (shape {list(short.shape)}, expected {list(expected.shape)}): the number of "
                 "new tokens must follow the n_new argument."
+            )
+        # A model whose argmax is always GPT-2's <|endoftext|>: greedy_generate has no end-of-text rule.
+        eot = as_tensor_output(
+            call(greedy_generate, _EndOfTextLM().eval(), tokens[:1].clone(), 3, what=f"{name}(model, tokens, n_new=3)"),
+            name,
+        )
+        if tuple(eot.shape) != (1, pos + 3) or not (eot[0, pos:] == _EndOfTextLM.EOT).all():
+            fail(
+                f"{name} on a model whose likeliest token is always <|endoftext|> ({_EndOfTextLM.EOT}) returned "
+                f"shape {list(eot.shape)}, expected [1, {pos + 3}] ending in three {_EndOfTextLM.EOT}s: append "
+                "exactly n_new tokens, whatever they are (stopping at <|endoftext|> comes in notebook 07)."
             )
         print(f"{name} passed: {n_new} and 2 greedy tokens appended correctly for a batch of {batch} prompts.")
         return

@@ -111,6 +111,13 @@ def temperature_test(apply_temperature) -> None:
             f"temperature) (largest difference in probability "
             f"{(out.softmax(-1) - expected.softmax(-1)).abs().max().item():.3g})."
         )
+    # A near tie in one row (0.5 and the float32 two steps below it, no exact tie): dividing by a tiny temperature
+    # instead of 0 leaves both tokens likely, while greedy keeps the argmax alone.
+    logits = logits.clone()
+    logits[1] -= logits[1].max() + 1.0
+    logits[1, 3] = 0.5
+    below = torch.nextafter(torch.tensor(0.5), torch.tensor(0.0))
+    logits[1, 7] = torch.nextafter(below, torch.tensor(0.0))
     try:
         out = _run_filter(apply_temperature, name, logits, 0.0)
     except AssertionError as err:
@@ -324,10 +331,12 @@ def sample_next_token_test(sample_next_token) -> None:
         kwargs = {**settings, **kw, "generator": torch.Generator().manual_seed(seed)}
         out = _kcall(sample_next_token, logits.clone(), tokens.clone(), **kwargs, what=f"{name}(...)")
         out = as_tensor_output(out, name)
-        if out.dim() == 2 and out.shape[1] == 1:
-            out = out[:, 0]
         if tuple(out.shape) != (logits.shape[0],):
-            fail(f"{name} returned shape {list(out.shape)} for {logits.shape[0]} rows: return one token id per row.")
+            extra = " (a [batch, 1] column: take [:, 0] of torch.multinomial's output)" if out.dim() == 2 else ""
+            fail(
+                f"{name} returned shape {list(out.shape)} for {logits.shape[0]} rows: return one token id per row, "
+                f"shape [batch]{extra}."
+            )
         if out.dtype not in (torch.int64, torch.int32):
             fail(f"{name} returned dtype {out.dtype}: return token ids (torch.long).")
         return out.long()
@@ -386,6 +395,14 @@ def sample_next_token_test(sample_next_token) -> None:
     want = (rows - 0.6 * _counts(history, 12)).argmax(-1).repeat_interleave(n)
     if not torch.equal(greedy, want):
         fail(f"{name} at temperature 0 must return each row's argmax (after the frequency penalty).")
+    # A negative penalty rewards repeats (OpenAI's API allows -2 to 2): row 1's argmax moves from 3 to 9.
+    greedy = draw(0, temperature=0.0, top_k=None, top_p=None, frequency_penalty=-0.6)
+    want = (rows + 0.6 * _counts(history, 12)).argmax(-1).repeat_interleave(n)
+    if not torch.equal(greedy, want):
+        fail(
+            f"{name} with frequency_penalty=-0.6 at temperature 0 did not return each row's argmax after subtracting "
+            "-0.6 * count (a negative penalty raises repeated tokens); the positive penalty was right."
+        )
     print(f"{name} passed: {3 * n} draws match the processed distributions (TV <= 0.06); temperature 0 is greedy.")
 
 
@@ -437,7 +454,7 @@ def _first_difference(out: Tensor, expected: Tensor) -> str:
 def _greedy_reference(model, tokens: Tensor, max_new: int, eos: int) -> Tensor:
     done = torch.zeros(tokens.shape[0], dtype=torch.bool)
     for _ in range(max_new):
-        nxt = model(tokens)[:, -1].argmax(-1)
+        nxt = model(tokens[:, -model.cfg.n_ctx :])[:, -1].argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         done |= nxt == eos
@@ -507,6 +524,30 @@ def generate_test(generate) -> None:
             "grew: pass only the last n_ctx tokens, model(tokens[:, -model.cfg.n_ctx:]). "
             f"({str(err).splitlines()[0]})"
         ) from err
+    cropped = as_tensor_output(
+        _kcall(generate, short_context, prompt[2:3].clone(), 4, eos_token_id=eos, temperature=0.0, what=name), name
+    )
+    want = _greedy_reference(short_context, prompt[2:3], 4, eos)
+    if cropped.shape != want.shape or not torch.equal(cropped, want):
+        fail(
+            f"{name} on a model with n_ctx = 4 returned {cropped.tolist()}, expected {want.tolist()}: once the "
+            "sequence is longer than n_ctx, the model sees its LAST n_ctx tokens, tokens[:, -n_ctx:]."
+        )
+    # The frequency penalty counts the prompt too: 2 three times in it turns the argmax after 1 from 2 into 4.
+    penalised = as_tensor_output(
+        _kcall(
+            generate, model, torch.tensor([[2, 2, 2, 1]]), 1, eos_token_id=eos, temperature=0.0,
+            frequency_penalty=1.5, what=f"{name}(..., frequency_penalty=1.5)",
+        ),
+        name,
+    )  # fmt: skip
+    if penalised[0, -1].item() != 4:
+        fail(
+            f"{name}(model, [[2, 2, 2, 1]], 1, temperature=0, frequency_penalty=1.5) chose {penalised[0, -1].item()}, "
+            "expected 4: the penalty counts every token of the sequence so far, the prompt's included (token 2, "
+            "three times in the prompt, loses 4.5 and falls below token 4); pass the whole sequence to "
+            "sample_next_token, with the sampling options."
+        )
     _generate_matches_hf(generate, name)
     g = torch.Generator().manual_seed(0)
     sampled = as_tensor_output(
@@ -710,6 +751,23 @@ def beam_search_test(beam_search) -> None:
             f"{name} with eos_token_id=2, where <|endoftext|> right away is the likeliest sequence ({best}), returned "
             f"{got}: a beam that emits eos_token_id is finished, and the finished beams compete with the live ones."
         )
+    # Summed, not averaged: <|endoftext|> at once (0.4) beats 1 -> 3 -> eos (0.35 * 0.9 * 0.9 = 0.28), though the
+    # longer one has the better mean log-probability per token.
+    mean_trap = torch.full((5, 5), 0.025)
+    mean_trap[0] = torch.tensor([0.05, 0.35, 0.4, 0.1, 0.1])
+    mean_trap[1] = torch.tensor([0.025, 0.025, 0.025, 0.9, 0.025])
+    mean_trap[3] = torch.tensor([0.025, 0.025, 0.9, 0.025, 0.025])
+    mean_model = ScriptedLM(mean_trap.log())
+    best, _ = _exhaustive(mean_model, prompt, 3, 2)
+    got = run(3, 3, m=mean_model, eos_id=2)
+    if got == [1, 3, 2] and best != got:
+        fail(
+            f"{name} returned {got}, whose mean log-probability per token is the best, where the summed "
+            f"log-probability ranks {best} first: rank beams by their summed log-probability (no length "
+            "normalisation; transformers' length_penalty=0)."
+        )
+    if got != best:
+        fail(f"{name} with eos_token_id=2 and 3 beams returned {got}; the likeliest sequence is {best}.")
     # A model that repeats its last token: every n-gram ban bites, from the first step where one can.
     echo = torch.full((6, 6), -2.0) + torch.arange(6) * 0.1
     echo[torch.arange(6), torch.arange(6)] = 4.0

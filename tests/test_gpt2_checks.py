@@ -380,6 +380,15 @@ def gen_in_place(model, tokens, n_new):
     return out
 
 
+def gen_stops_at_eot(model, tokens, n_new):  # 07's rule, a notebook early
+    for _ in range(n_new):
+        nxt = model(tokens)[:, -1].argmax(-1, keepdim=True)
+        tokens = torch.cat([tokens, nxt], dim=1)
+        if (nxt == 50256).all():
+            break
+    return tokens
+
+
 def gen_six_tokens(model, tokens, n_new):  # the 6 of the check's first call, in place of the argument
     return components("05_full_gpt2").greedy_generate(model, tokens, 6)
 
@@ -397,6 +406,7 @@ def gen_six_tokens(model, tokens, n_new):  # the 6 of the check's first call, in
         (gen_float_tokens, "dtype torch.float32"),
         (gen_in_place, "in place"),
         (gen_six_tokens, "follow the n_new argument"),
+        (gen_stops_at_eot, "append exactly n_new tokens"),
     ],
 )
 def test_greedy_fails_wrong(fn, message):

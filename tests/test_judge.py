@@ -311,8 +311,10 @@ MISTAKES = [
     (  # no gradient clipping: a few steps of the learner's loop on the judge's model, weights compared outside
         "06_training",
         "test_train",
-        "batch)\n        optimizer.zero_grad()\n        loss.backward()\n"
-        "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n",
+        (
+            "batch)\n        optimizer.zero_grad()\n        loss.backward()\n"
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
+        ),
         "batch)\n        optimizer.zero_grad()\n        loss.backward()\n",
         "differs from the course's train",
     ),

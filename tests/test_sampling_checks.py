@@ -321,6 +321,47 @@ WRONG = [
         {"generate": ("        if finished.all():\n            break\n", "")},
         "after every row had emitted",
     ),
+    # found by a held-out review: cases the checks never tried
+    (
+        "generate_test",
+        "generate",
+        {"generate": ("model(tokens[:, -model.cfg.n_ctx :])", "model(tokens[:, : model.cfg.n_ctx])")},
+        "LAST n_ctx tokens",
+    ),
+    (
+        "generate_test",
+        "generate",
+        {
+            "generate": (
+                "sample_next_token(logits, tokens, **sampling)",
+                "sample_next_token(logits, tokens[:, -1:], **sampling)",
+            )
+        },
+        "the prompt's included",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": (
+                "max(finished + live, key=lambda beam: beam[0])",
+                "max(finished + live, key=lambda beam: beam[0] / len(beam[1]))",
+            )
+        },
+        "no length normalisation",
+    ),
+    (
+        "sample_next_token_test",
+        "sample_next_token",
+        {"sample_next_token": ("generator=generator)[:, 0]", "generator=generator)")},
+        "shape [batch]",
+    ),
+    (
+        "sample_next_token_test",
+        "sample_next_token",
+        {"sample_next_token": ("    if frequency_penalty:\n", "    if frequency_penalty > 0:\n")},
+        "frequency_penalty=-0.6",
+    ),
 ]
 
 
@@ -459,3 +500,10 @@ def test_bench_mistakes_are_named():
     for check, fn, match in cases:
         with pytest.raises(AssertionError, match=match):
             check(fn)
+
+
+def test_temperature_zero_as_a_tiny_temperature_is_refused():
+    """Found by a held-out review: logits / 1e-8 at temperature 0 keeps near-tied tokens (no check had a near tie)."""
+    with pytest.raises(AssertionError) as err:
+        harness.temperature_test(lambda logits, t: logits / max(t, 1e-8))
+    assert "must make sampling greedy" in str(err.value), str(err.value)
