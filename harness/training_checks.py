@@ -1022,6 +1022,12 @@ def train_addition_test(train_addition: Callable, TrainingArgs) -> None:
         )
     if not isinstance(losses, list | tuple) or len(losses) != args.max_steps:
         fail(f"{name} should return the list of one loss per step (keep the code after your part).")
+    if not all(isinstance(v, float) for v in losses):
+        kinds = ", ".join(sorted({type(v).__name__ for v in losses}))
+        fail(
+            f"{name} returned a list of {kinds}, not of floats: record loss.item() (a tensor that needs grad keeps "
+            "its whole graph alive, and the notebook's plot of the losses cannot take it)."
+        )
     for i, (got, want) in enumerate(zip(losses, watcher.losses)):
         if not _close(float(got), want, 1e-3):
             fail(
@@ -1030,7 +1036,30 @@ def train_addition_test(train_addition: Callable, TrainingArgs) -> None:
             )
     if all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())):
         fail(f"{name} left the model's parameters unchanged.")
+    # Two short runs more: the problems must follow the n_digits argument and args.seed.
+    for n_digits_2, seed_2 in ((3, fields["seed"]), (n_digits, fields["seed"] + 8)):
+        args_2 = TrainingArgs(**{**fields, "max_steps": 2, "warmup_steps": 1, "seed": seed_2})
+        watcher_2 = _AdditionWatcher(_ProbeModel(), args_2, n_digits_2)
+        handle = register_optimizer_step_pre_hook(watcher_2)
+        what = f"{name}(model, args with seed={seed_2}, {n_digits_2})"
+        try:
+            with _quiet(train_addition):
+                call(train_addition, watcher_2.model, args_2, n_digits_2, what=what)
+        except AssertionError as err:
+            if n_digits_2 != n_digits:
+                raise AssertionError(
+                    f"With n_digits={n_digits_2} (right with {n_digits}): {str(err).splitlines()[0]} The problems "
+                    "must follow the n_digits argument."
+                ) from err
+            raise
+        finally:
+            handle.remove()
+        if n_digits_2 == n_digits and watcher_2.batches[:1] == watcher.batches[:1]:
+            fail(
+                f"{what} trained on the same first problems as with seed={fields['seed']}: derive addition_data's seed "
+                "from args.seed (and the step), so that another seed gives other problems."
+            )
     print(
         f"{name} passed: {args.max_steps} steps on fresh problems, with fresh, clipped gradients of the loss on the "
-        "answer digits and the scheduled learning rate."
+        "answer digits and the scheduled learning rate; the problems follow n_digits and args.seed."
     )

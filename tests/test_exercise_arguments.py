@@ -42,10 +42,6 @@ UNVARIED: dict[tuple[str, str], str] = {
         "the check accepts any masking value of -1e4 or below, -inf included (the exercise text allows either): "
         "`ignore` is a convenience, not part of the contract"
     ),
-    ("train_addition", "train_addition: n_digits frozen"): (
-        "the check trains one model to a loss threshold (tens of seconds); training a second for another n_digits "
-        "would double the slowest check of the course"
-    ),
 }
 
 

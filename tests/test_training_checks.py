@@ -562,7 +562,10 @@ def _train_addition(mistake: str):
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(step, args)
             seed = args.seed if mistake == "same_seed" else args.seed + 1 + step
-            tokens, loss_mask = addition_data(args.batch_size, n_digits, seed=seed)
+            if mistake == "step_seed":  # ignores args.seed
+                seed = step
+            digits = 2 if mistake == "two_digits" else n_digits  # the check's first value, in place of the argument
+            tokens, loss_mask = addition_data(args.batch_size, digits, seed=seed)
             if mistake == "unmasked":
                 loss = lm_cross_entropy(model(tokens), tokens)
             elif mistake == "mask_not_shifted":  # the mask of the inputs, not of the targets
@@ -576,7 +579,7 @@ def _train_addition(mistake: str):
             if mistake != "no_clip":
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
             optimizer.step()
-            losses.append(loss.item())
+            losses.append(loss if mistake == "tensor_losses" else loss.item())
         return losses
 
     return train_addition
@@ -600,6 +603,10 @@ def test_train_addition_passes_course_implementation(capsys):
         ("new_optimizer", "different optimizers"),
         ("no_schedule", "the schedule was not applied"),
         ("no_clip", "they are not clipped"),
+        # found by a held-out review: one n_digits and one seed let these through
+        ("two_digits", "must follow the n_digits argument"),
+        ("step_seed", "derive addition_data's seed from args.seed"),
+        ("tensor_losses", "record loss.item()"),
     ],
 )
 def test_train_addition_mistakes_are_named(mistake, phrase):
