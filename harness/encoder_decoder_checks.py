@@ -1055,7 +1055,16 @@ def seq2seq_loss_test(seq2seq_loss) -> None:
         for cause, value in variants.items():
             if abs(out.item() - value.item()) < 1e-5:
                 fail(f"{cause} ({what} returned {out.item():.5f}, due {expected.item():.5f}).")
-        fail(f"{what} returned {out.item():.5f}, due {expected.item():.5f} (cross-entropy over the real tokens).")
+        from harness._evidence import scale_note
+
+        n_real = int((tgt_out != pad).sum())
+        sizes = {"real target tokens": n_real, "target positions": tgt_out.numel(), "batch": tgt_out.shape[0]}
+        scale = scale_note(out.item(), expected.item(), sizes)
+        observed = f" Compared with it, {scale}." if scale else ""
+        fail(
+            f"{what} returned {out.item():.5f}, due {expected.item():.5f} (cross-entropy over the real tokens)."
+            f"{observed}"
+        )
     print(f"{name} passed: mean cross-entropy over the real target tokens, padding ignored, label smoothing applied.")
 
 

@@ -463,6 +463,41 @@ def _ce_inputs(seed: int, scale: float) -> tuple[Tensor, Tensor]:
     return logits, tokens
 
 
+def _loss_evidence(loss_fn, logits: Tensor, tokens: Tensor, value: float, expected: float) -> str:
+    """What changing one row's or one position's logits does to the learner's loss and to the expected one; and
+    whether the value is the expected one scaled by a size."""
+    from harness._evidence import scale_note, sensitivity
+
+    batch, pos, d_vocab = logits.shape
+
+    def learner(x):
+        with torch.no_grad():
+            return float(loss_fn(x.clone(), tokens.clone()))
+
+    def reference(x):
+        return _reference_ce(x, tokens).item()
+
+    try:
+        notes = sensitivity(
+            learner,
+            reference,
+            logits,
+            [
+                ("row", "rows", [(b,) for b in range(batch)]),
+                ("position", "positions", [(slice(None), p) for p in range(pos)]),
+            ],
+        )
+        other = (tokens + 1) % d_vocab
+        with torch.no_grad():
+            if float(loss_fn(logits.clone(), other)) == value:
+                notes = "; ".join(n for n in (notes, "other target tokens did not change your value") if n)
+    except Exception:  # noqa: BLE001 - the learner's function failing on other inputs: no further evidence
+        notes = ""
+    scale = scale_note(value, expected, {"d_vocab": d_vocab, "batch": batch, "pos": pos, "pos - 1": pos - 1})
+    found = "; ".join(n for n in (notes, scale) if n)
+    return f" Changing the inputs shows: {found}." if found else ""
+
+
 def cross_entropy_test(cross_entropy_loss) -> None:
     """Checks `cross_entropy_loss(logits, tokens) -> scalar`: the mean next-token cross-entropy of a batch."""
     name = getattr(cross_entropy_loss, "__name__", "cross_entropy_loss")
@@ -527,6 +562,12 @@ def cross_entropy_test(cross_entropy_loss) -> None:
             )
             if hint:  # the likely cause first, then the evidence
                 fail(f"{name}:{hint} ({evidence})")
+            observed = _loss_evidence(cross_entropy_loss, logits, tokens, value, expected)
+            if observed:  # what the controlled changes show, before the definition
+                fail(
+                    f"On {what}, {name} returned {value:.6f}, expected {expected:.6f}.{observed} The expected value "
+                    f"is the mean of -log p(tokens[:, i+1] | logits[:, i]) over all {batch * (pos - 1)} predictions."
+                )
             fail(evidence)
         with torch.enable_grad():
             out.backward()

@@ -607,6 +607,36 @@ def _masked(nll: Tensor, weights: Tensor) -> float:
     return ((nll * weights).sum() / weights.sum()).item()
 
 
+def _masked_evidence(loss_fn, logits, tokens, mask, value: float, expected: float) -> str:
+    from harness._evidence import scale_note, sensitivity
+
+    batch, pos, d_vocab = logits.shape
+
+    def learner(x):
+        with torch.no_grad():
+            return float(loss_fn(x.clone(), tokens.clone(), mask.clone()))
+
+    def reference(x):
+        return _masked(_nll(x, tokens), mask[:, 1:].double())
+
+    try:
+        notes = sensitivity(
+            learner,
+            reference,
+            logits,
+            [
+                ("row", "rows", [(b,) for b in range(batch)]),
+                ("position", "positions", [(slice(None), p) for p in range(pos)]),
+            ],
+        )
+    except Exception:  # noqa: BLE001 - the learner's function failing on other inputs: no further evidence
+        notes = ""
+    n_masked = int(mask[:, 1:].sum())
+    scale = scale_note(value, expected, {"d_vocab": d_vocab, "batch": batch, "masked predictions": n_masked})
+    found = "; ".join(n for n in (notes, scale) if n)
+    return f" Changing the inputs shows: {found}." if found else ""
+
+
 def masked_loss_test(masked_lm_loss) -> None:
     """Checks `masked_lm_loss(logits, tokens, loss_mask) -> scalar`: the next-token loss over masked tokens only."""
     with torch.enable_grad():  # notebooks often turn gradients off globally; the check backpropagates
@@ -674,10 +704,14 @@ def _masked_loss_test(masked_lm_loss) -> None:
                     (-expected, "It has the wrong sign."),
                 ],
             )
-            fail(
-                f"{name} returned {value:.6f}, expected {expected:.6f}: the mean of -log p(tokens[:, i+1] | "
-                f"logits[:, i]) over the predictions whose target is masked, i.e. loss_mask[:, i+1] is True.{hint}"
+            definition = (
+                "the mean of -log p(tokens[:, i+1] | logits[:, i]) over the predictions whose target is masked, i.e. "
+                "loss_mask[:, i+1] is True"
             )
+            if hint:  # the likely cause first, then the evidence
+                fail(f"{name}:{hint} (It returned {value:.6f}, expected {expected:.6f}: {definition}.)")
+            observed = _masked_evidence(masked_lm_loss, logits, tokens, mask, value, expected)
+            fail(f"{name} returned {value:.6f}, expected {expected:.6f}.{observed} The expected value is {definition}.")
         out.backward()
         unmasked = torch.cat(
             [~mask[:, 1:], torch.ones_like(mask[:, :1])], dim=1
@@ -755,10 +789,21 @@ def lr_schedule_test(lr_at: Callable, TrainingArgs) -> None:
         if all(math.isclose(got[s], _lr_variants(s, args)[label], rel_tol=1e-6, abs_tol=1e-12) for s in steps):
             fail(f"{name} {label}.")
     step = wrong[0]
+    phases = {
+        "the warm-up": [s for s in steps if s < args.warmup_steps],
+        "the decay": [s for s in steps if args.warmup_steps <= s < args.max_steps],
+        "the steps after max_steps": [s for s in steps if s >= args.max_steps],
+    }
+    right = [p for p, ss in phases.items() if ss and not set(ss) & set(wrong)]
+    bad = [p for p, ss in phases.items() if set(ss) & set(wrong)]
+    where = f"{name} is right in {' and '.join(right)}, wrong in {' and '.join(bad)}: " if right else ""
+    end = args.max_steps + 60
+    if end in wrong:
+        where += f"after max_steps it gives {got[end]:.6g} where min_lr_ratio * lr = {_expected_lr(end, args):.6g}; "
     fail(
-        f"{name}({step}, args) = {got[step]:.6g}, expected {_expected_lr(step, args):.6g} (warm-up {args.warmup_steps} "
-        f"steps to lr={args.lr:g}, cosine to {args.min_lr_ratio * args.lr:g} at max_steps={args.max_steps}); "
-        f"{len(wrong)} of the {len(steps)} steps tried differ."
+        f"{where}{name}({step}, args) = {got[step]:.6g}, expected {_expected_lr(step, args):.6g} (warm-up "
+        f"{args.warmup_steps} steps to lr={args.lr:g}, cosine to {args.min_lr_ratio * args.lr:g} at "
+        f"max_steps={args.max_steps}); {len(wrong)} of the {len(steps)} steps tried differ."
     )
 
 
