@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import types
 from collections.abc import Mapping
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -357,6 +358,16 @@ def hf_conversion_test(convert) -> None:
             or any(not torch.equal(again[k], converted[k]) for k in converted)
         ):
             fail(f"{name} gave a different result when called a second time on the same input: it must not keep state.")
+        # A model with a shorter context than the checkpoint's: W_pos keeps its first cfg.n_ctx rows.
+        short = replace(cfg, n_ctx=cfg.n_ctx - 3)
+        cropped = call(convert, hf_state, short, what=f"{name}(hf_state_dict, cfg with n_ctx={short.n_ctx})")
+        w_pos = cropped.get("pos_embed.W_pos") if isinstance(cropped, Mapping) else None
+        if not isinstance(w_pos, Tensor) or tuple(w_pos.shape) != (short.n_ctx, cfg.d_model):
+            fail(
+                f"{name} with cfg.n_ctx = {short.n_ctx} (the checkpoint has {cfg.n_ctx} positions) gave pos_embed.W_pos "
+                f"of shape {list(getattr(w_pos, 'shape', []))}, expected [{short.n_ctx}, {cfg.d_model}]: keep the "
+                "first cfg.n_ctx rows of transformer.wpe.weight, so that a model with a shorter context loads it."
+            )
         diff = (logits - hf_logits).abs().max().item()
         print(
             f"{name} passed: DemoTransformer with the converted weights matches transformers' logits (max |diff| {diff:.1e})."

@@ -509,3 +509,36 @@ def _greedy_samples(model, tokens, n_new):
 def test_greedy_names_the_cause_first(fn, match):
     with pytest.raises(AssertionError, match=match):
         greedy_generate_test(fn)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Found by a held-out review: mistakes no known variant names are described by what controlled changes show
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_loss_of_the_first_sequence_only_says_which_rows_it_ignores(course):
+    def first_only(logits, tokens):
+        return course.cross_entropy_loss(logits[:1], tokens[:1])
+
+    with pytest.raises(AssertionError) as err:
+        cross_entropy_test(first_only)
+    assert "changing the input at rows 1-2 did not change your value" in str(err.value), str(err.value)
+
+
+def test_a_loss_that_reads_no_target_says_so():
+    def argmax_log_prob(logits, tokens):
+        return -logits[:, :-1].log_softmax(-1).max(-1).values.mean()
+
+    with pytest.raises(AssertionError) as err:
+        cross_entropy_test(argmax_log_prob)
+    assert "other target tokens did not change your value" in str(err.value), str(err.value)
+
+
+def test_a_conversion_that_keeps_every_position_is_refused_for_a_shorter_context(course):
+    def uncropped(hf, cfg):
+        out = course.convert_hf_gpt2_state_dict(hf, cfg)
+        return {**out, "pos_embed.W_pos": hf["transformer.wpe.weight"]}
+
+    with pytest.raises(AssertionError) as err:
+        hf_conversion_test(uncropped)
+    assert "keep the first cfg.n_ctx rows" in str(err.value), str(err.value)

@@ -408,6 +408,8 @@ def _schedule(mistake):
             span = args.max_steps - args.warmup_steps
         elif mistake == "span_floor_2":
             span = max(2, args.max_steps - args.warmup_steps)
+        elif mistake == "over_max_steps":  # the decay's progress measured over the whole run
+            span = args.max_steps
         progress = (step - args.warmup_steps) / span
         if mistake != "unclamped":
             progress = min(1.0, progress)
@@ -436,6 +438,8 @@ def _schedule(mistake):
         # found by bench/mutation_score.py: no schedule at its edges was tried
         ("span_unguarded", "ZeroDivisionError"),
         ("span_floor_2", "also when the decay lasts one step or none"),
+        # named from evidence: the phases where it is right and wrong
+        ("over_max_steps", "right in the warm-up, wrong in the decay"),
     ],
 )
 def test_wrong_schedules_are_named(mistake, phrase):
