@@ -72,6 +72,25 @@ def _kept_counts(t: Tensor) -> list[int]:
     return (~torch.isneginf(t)).sum(-1).tolist()
 
 
+def _filter_evidence(out: Tensor, expected: Tensor, logits: Tensor) -> str:
+    """Where a filter's output parts from the expected one: the counts kept, then the first row that differs, in
+    terms of which tokens were kept and whether the kept ones kept their values."""
+    got, want = _kept_counts(out), _kept_counts(expected)
+    kept, due = ~torch.isneginf(out), ~torch.isneginf(expected)
+    for row in range(out.shape[0]):
+        if torch.equal(kept[row], due[row]):
+            if not torch.allclose(out[row][kept[row]], logits[row][kept[row]], atol=1e-5):
+                return f"row {row} keeps the right tokens but changes their values (a filter only removes tokens)"
+            continue
+        extra = (kept[row] & ~due[row]).nonzero().flatten().tolist()
+        missing = (due[row] & ~kept[row]).nonzero().flatten().tolist()
+        parts = [f"keeps tokens {extra[:6]} that are removed"] * bool(extra)
+        parts += [f"removes tokens {missing[:6]} that are kept"] * bool(missing)
+        count = "the right number of tokens" if got[row] == want[row] else f"{got[row]} tokens where {want[row]} are due"
+        return f"row {row} keeps {count}, but " + " and ".join(parts)
+    return f"kept {got} tokens per row where {want} are due"
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Temperature
 # --------------------------------------------------------------------------------------------------------------------
@@ -185,7 +204,7 @@ def top_k_test(top_k_filter) -> None:
                 f"{name} {where}: on a row with ties at the k-th value it kept {got[0]} tokens where {want[0]} are due: "
                 "keep every token whose logit equals the k-th largest (as transformers does)."
             )
-        fail(f"{name} {where}: kept {got} tokens per row where {want} are due, or changed the kept values.")
+        fail(f"{name} {where}: {_filter_evidence(out, expected, logits)}.")
     print(f"{name} passed: matches transformers' TopKLogitsWarper, ties and k >= d_vocab included.")
 
 
@@ -233,7 +252,7 @@ def top_p_test(top_p_filter) -> None:
             )
         if keep > 1 and any(g < keep for g in got):
             fail(f"{name} {where}: kept {got} tokens per row: never fewer than min_tokens_to_keep.")
-        fail(f"{name} {where}: kept {got} tokens per row where {want} are due, or changed the kept values.")
+        fail(f"{name} {where}: {_filter_evidence(out, expected, logits)}.")
     print(f"{name} passed: matches transformers' TopPLogitsWarper, the crossing token and min_tokens_to_keep included.")
 
 
@@ -281,7 +300,21 @@ def frequency_penalty_test(apply_frequency_penalty) -> None:
             )
         if torch.allclose(out, logits + penalty * counts, atol=1e-5):
             fail(f"{name} adds the penalty: subtract it, so repeated tokens become less likely.")
-        fail(f"{name} differs from logits - penalty * (occurrences of each token in its row).")
+        # What the output shows: the change of one wrong entry, and whether the order of the tokens matters.
+        bad = ((out - expected).abs() > 1e-5).nonzero()
+        r, t = (int(i) for i in bad[0])
+        change, count = (out[r, t] - logits[r, t]).item(), int(counts[r, t])
+        shown = (
+            f"for row {r}, token {t} (in the row {count} times) your output moves the logit by {change:+.4g} "
+            f"({-change / penalty:.4g} x penalty), expected {-penalty * count:+.4g} ({count} x penalty)"
+        )
+        with torch.no_grad():
+            reordered = call(apply_frequency_penalty, logits.clone(), tokens.flip(-1), penalty, what=name)
+        if isinstance(reordered, Tensor) and reordered.shape == out.shape and not torch.allclose(reordered, out):
+            shown += "; reversing the order of each row's tokens changed your output, though no count changes"
+        fail(
+            f"{name} with penalty={penalty} differs from logits - penalty * (occurrences of each token in its row): {shown}."
+        )
     print(f"{name} passed: subtracts penalty x count of each token, row by row.")
 
 
