@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness._assertions import build, call, fail
+from harness._assertions import build, call, fail, mismatch_summary
 from harness.config import Config
 
 __all__ = ["cached_generate_test", "kv_cache_test"]
@@ -115,8 +115,14 @@ def _kv_cache_case(KVCacheTransformer, cfg: Config, name: str) -> None:
         hook = model.embed.register_forward_hook(lambda module, args, out: embedded.append(tuple(args[0].shape)))
         try:
             logits, kvs = _step(model, tokens[:, :4], None, f"{name}(tokens[:, :4])")
+            if tuple(logits.shape) != tuple(full[:, :4].shape):
+                fail(
+                    f"{name} with an empty cache returned logits of shape {list(logits.shape)} for a prompt of 4 "
+                    f"tokens: one row of logits per token, {list(full[:, :4].shape)} (the prompt's positions too)."
+                )
             if not torch.allclose(logits, full[:, :4], atol=1e-4, rtol=1e-4):
-                fail(f"{name} with an empty cache (the prompt) differs from DemoTransformer on the same tokens.")
+                summary = mismatch_summary(logits, full[:, :4], 1e-4, 1e-4, ("batch row", "position", "logit"))
+                fail(f"{name} with an empty cache (the prompt) differs from DemoTransformer on the same tokens: {summary}.")
             _check_layout(kvs, 2, 4, cfg, f"{name}(prompt of 4 tokens)")
             for layer, ((k, v), (tk, tv)) in enumerate(zip(kvs, _tl_cache(course, cfg, tokens[:, :4]))):
                 if not (torch.allclose(k, tk, atol=1e-4) and torch.allclose(v, tv, atol=1e-4)):
@@ -140,11 +146,22 @@ def _kv_cache_case(KVCacheTransformer, cfg: Config, name: str) -> None:
             new_logits, kvs = _step(model, tokens[:, 7:10], kvs, f"{name}(three new tokens, past_kvs)")
             if not torch.allclose(new_logits, full[:, 7:10], atol=1e-4, rtol=1e-4):
                 bad = (new_logits - full[:, 7:10]).abs().amax(dim=(0, 2)) > 1e-3
-                fail(
+                where = (
                     f"{name}: three new tokens after 7 cached ones give logits that differ from a full recompute "
-                    f"at new positions {bad.nonzero().flatten().tolist()} (of 0-2), while one token at a time was "
-                    "right: the new queries sit at positions 7-9, so their causal mask is the LAST 3 rows of the "
-                    "10 x 10 mask (query i sees keys up to 7 + i), not its first rows."
+                    f"at new positions {bad.nonzero().flatten().tolist()} (of 0-2), while one token at a time was right"
+                )
+                k, tk = kvs[0][0], _tl_cache(course, cfg, tokens[:, :10])[0][0]
+                if k.shape == tk.shape and not torch.allclose(k, tk, atol=1e-4):
+                    if torch.allclose(k, torch.cat([tk[:, 7:], tk[:, :7]], dim=1), atol=1e-4):
+                        fail(
+                            f"{where}. The cache after them holds the new keys before the 7 past ones: concatenate "
+                            "past, then new (torch.cat([past_k, k], dim=1)), so that position i is row i."
+                        )
+                    fail(f"{where}. The keys cached after them differ from TransformerLens's (layer 0).")
+                fail(
+                    f"{where}; the keys and values cached after them are right, so the new queries attend "
+                    "differently: they sit at positions 7-9, and their causal mask is the LAST 3 rows of the 10 x 10 "
+                    "mask (query i sees keys up to 7 + i), not its first rows."
                 )
             # The context's edge: 10 cached + 6 new = n_ctx fits exactly; one token more does not.
             rest = torch.randint(0, cfg.d_vocab, (2, cfg.n_ctx - 10), generator=torch.Generator().manual_seed(4))
