@@ -808,9 +808,16 @@ def decoder_layer_test(DecoderLayer) -> None:
             )
         )
         _name_variant(out, variants, what)
+        wrong = ((out - expected).abs() > ATOL + RTOL * expected.abs()).any(-1)  # [batch tgt]
+        if wrong.any() and not (wrong & ~tgt_mask).any():
+            fail(
+                f"{what} differs from nn.TransformerDecoderLayer only at padded target positions (where tgt_padding "
+                "is True): under the causal mask no real position sees the padding after it, so a self-attention "
+                "without the target's padding mask shows only there. Pass tgt_padding to the self-attention."
+            )
         fail(
             f"{what} differs from nn.TransformerDecoderLayer (post-LN, ReLU) with the same weights: "
-            f"{mismatch_summary(out, expected, ATOL, RTOL)}."
+            f"{mismatch_summary(out, expected, ATOL, RTOL, ('batch row', 'target position', 'feature'))}."
         )
     print(
         f"{name} passed: matches nn.TransformerDecoderLayer(norm_first=False, activation='relu'): masked "

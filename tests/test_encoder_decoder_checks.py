@@ -416,3 +416,11 @@ def test_unfinished_exercise_is_named():
     with pytest.raises(AssertionError) as err:
         harness.multi_head_attention_test(namespace["MultiHeadAttention"])
     assert "is not written yet" in str(err.value), str(err.value)
+
+
+def test_a_decoder_self_attention_without_the_target_padding_is_told_by_where_it_differs():
+    """Found by a held-out review: it differs only at the padded target positions, and the message says so."""
+    namespace = build(DecoderLayer=(DEC_SELF, DEC_SELF.replace("tgt_padding", "None")))
+    with pytest.raises(AssertionError) as err:
+        harness.decoder_layer_test(namespace["DecoderLayer"])
+    assert "only at padded target positions" in str(err.value), str(err.value)
