@@ -1,6 +1,6 @@
 """Time to load the reference, and the median time of each check with the course's implementations.
 
-    HF_HUB_OFFLINE=1 python bench/bench_checks.py [--repeat 5] [--source offline|gpt2-small|auto]
+    HF_HUB_OFFLINE=1 python bench/bench_checks.py [--repeat 5] [--source offline|gpt2-small|auto] [--later]
 
 --source picks the reference the load_gpt2_test checks compare with (default: the offline model); bench/bench_fullsize.py
 passes gpt2-small on the stand-in hub, to time them at GPT-2 small's size.
@@ -25,6 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--source", default="offline", choices=("offline", "gpt2-small", "auto"))
+    parser.add_argument("--later", action="store_true", help="also time every later check (notebooks 00 and 05-09)")
     args = parser.parse_args()
 
     # Cold load in a fresh interpreter (imports included), then the in-process load the checks use.
@@ -97,6 +98,32 @@ def main() -> None:
             f"{name}: median {check:.3f} s over {args.repeat} runs, of which the constructor {ctor:.3f} s; "
             f"the rest {rest:.3f} s = {rest / GOAL_S:.2f}x the {GOAL_S} s goal"
         )
+    if args.later:
+        later_checks(args.repeat)
+
+
+def later_checks(repeat: int) -> None:
+    """Every other check, once per correct entry of the catalogue (tests/wrong_versions.py): the course's own answer
+    through the check the learner calls. Their inputs are built by the checks, so the time is all the check's
+    (the learner's functions run inside it, as they would)."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from wrong_versions import CASES
+
+    seen = set()
+    for case in CASES:
+        if not case.correct or case.check in seen or case.check.startswith(("rand_", "load_gpt2")):
+            continue
+        seen.add(case.check)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                case.run()
+            times.append(time.perf_counter() - start)
+        check = statistics.median(times)
+        print(f"{case.check}: median {check:.3f} s over {repeat} runs = {check / GOAL_S:.2f}x the {GOAL_S} s goal")
 
 
 if __name__ == "__main__":
