@@ -526,8 +526,8 @@ def generate_test(generate) -> None:
         fail(f"{name} gave every row the same new tokens: sample each row from its own logits (batch dimension).")
     elif eos in out[0, :5].tolist() and (out[0, 5:] != eos).any():
         fail(
-            f"{name} kept generating after row 0 emitted <|endoftext|> (got {out[0].tolist()}): once a row has "
-            "finished, give it eos (padding) and stop when every row has finished."
+            f"{name} kept generating after row 0 emitted eos_token_id ({eos} here; got {out[0].tolist()}): once a "
+            "row has finished, give it eos (padding) and stop when every row has finished."
         )
     else:
         fail(

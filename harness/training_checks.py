@@ -357,7 +357,12 @@ class _StepWatcher:
         if wrong:
             lr = wrong[0]
             hint = " Set group['lr'] = lr_at(step, args) for every group in optimizer.param_groups, each step."
-            if step > 0 and _close(lr, _expected_lr(step - 1, args), 1e-9):
+            if step == 1 and _close(lr, _expected_lr(0, args), 1e-9):
+                hint = (
+                    " It is still lr_at(0, args), step 0's rate: set group['lr'] = lr_at(step, args) at every step, "
+                    "before optimizer.step()."
+                )
+            elif step > 0 and _close(lr, _expected_lr(step - 1, args), 1e-9):
                 hint = late
             elif _close(lr, _expected_lr(step + 1, args), 1e-9):
                 hint = " It is the rate of the next step: use lr_at(step, args) with this step's index (from 0)."
@@ -923,6 +928,12 @@ def weight_decay_groups_test(weight_decay_groups: Callable) -> None:
         kind = _kind(n, p)
         if (kind == "matrix") != (n in decayed):
             wrong.setdefault(kind, []).append(n)
+    matrices = {n for n, p in params.items() if _kind(n, p) == "matrix"}
+    if decayed and decayed == set(params) - matrices:
+        fail(
+            f"{name} decays exactly the parameters that must not decay, and not the matrices: the two groups' "
+            "weight_decay values are swapped (the matrices' group takes weight_decay, the other 0.0)."
+        )
     if not wrong:
         other = call(weight_decay_groups, model, 0.3, what=f"{name}(model, weight_decay=0.3)")
         values = sorted({float(g.get("weight_decay", _ADAMW_DEFAULT_DECAY)) for g in other if isinstance(g, dict)})

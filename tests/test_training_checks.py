@@ -210,6 +210,18 @@ def lr_after_step(model, optimizer, train_windows, val_windows, step, args):
     return loss
 
 
+def lr_set_once(model, optimizer, train_windows, val_windows, step, args):  # found by a held-out review
+    if step == 0:
+        set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
 def zero_grad_before_step(model, optimizer, train_windows, val_windows, step, args):
     set_lr(optimizer, lr_at(step, args))
     batch = batch_of(train_windows, args)
@@ -300,6 +312,7 @@ def test_train_passes_course_implementation(capsys):
         (clip_to_one, "not clipped.*args.grad_clip"),
         (no_schedule, "schedule was not applied"),
         (lr_after_step, "rate of the previous step"),
+        (lr_set_once, "still lr_at\\(0, args\\), step 0's rate"),
         (zero_grad_before_step, "not between backward and step"),
         (trains_on_validation, "validation windows"),
         (same_batch_every_step, "new random batch"),
@@ -499,6 +512,8 @@ def _groups(mistake: str):
             return [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
         if mistake == "check_value":  # the 0.05 the check passes first, written in place of the argument
             return [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}]
+        if mistake == "swapped":  # found by a held-out review
+            return [{"params": decay, "weight_decay": 0.0}, {"params": no_decay, "weight_decay": weight_decay}]
         if mistake == "one_dict":
             return {"params": decay + no_decay, "weight_decay": weight_decay}
         if mistake == "none_decayed":
@@ -534,6 +549,7 @@ def test_weight_decay_groups_pass(capsys):
         ("no_decay_key", "has no 'weight_decay' entry"),
         ("fixed_value", "weight_decay 0.1"),
         ("check_value", "must follow the weight_decay argument"),
+        ("swapped", "weight_decay values are swapped"),
         ("one_dict", "return a list of parameter groups"),
     ],
 )
