@@ -87,7 +87,7 @@ def _filter_evidence(out: Tensor, expected: Tensor, logits: Tensor) -> str:
         parts = [f"keeps tokens {extra[:6]} that are removed"] * bool(extra)
         parts += [f"removes tokens {missing[:6]} that are kept"] * bool(missing)
         count = "the right number of tokens" if got[row] == want[row] else f"{got[row]} tokens where {want[row]} are due"
-        return f"row {row} keeps {count}, but " + " and ".join(parts)
+        return f"kept {got} tokens per row where {want} are due; row {row} keeps {count}, but " + " and ".join(parts)
     return f"kept {got} tokens per row where {want} are due"
 
 
