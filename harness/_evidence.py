@@ -63,6 +63,14 @@ def sensitivity(
     return "; ".join(notes)
 
 
+def rows_and_positions(batch: int, pos: int) -> list[tuple[str, str, list[tuple]]]:
+    """The slices `sensitivity` changes for a [batch, pos, ...] input: each row, then each position."""
+    return [
+        ("row", "rows", [(b,) for b in range(batch)]),
+        ("position", "positions", [(slice(None), p) for p in range(pos)]),
+    ]
+
+
 def scale_note(value: float, expected: float, sizes: dict[str, int]) -> str:
     """'' or a sentence saying that `value` is `expected` multiplied or divided by one of the input's sizes (or a
     ratio of two), e.g. 'it is the expected value divided by d_vocab = 13'."""

@@ -477,7 +477,7 @@ def _ce_inputs(seed: int, scale: float) -> tuple[Tensor, Tensor]:
 def _loss_evidence(loss_fn, logits: Tensor, tokens: Tensor, value: float, expected: float) -> str:
     """What changing one row's or one position's logits does to the learner's loss and to the expected one; and
     whether the value is the expected one scaled by a size."""
-    from harness._evidence import scale_note, sensitivity
+    from harness._evidence import rows_and_positions, scale_note, sensitivity
 
     batch, pos, d_vocab = logits.shape
 
@@ -489,15 +489,7 @@ def _loss_evidence(loss_fn, logits: Tensor, tokens: Tensor, value: float, expect
         return _reference_ce(x, tokens).item()
 
     try:
-        notes = sensitivity(
-            learner,
-            reference,
-            logits,
-            [
-                ("row", "rows", [(b,) for b in range(batch)]),
-                ("position", "positions", [(slice(None), p) for p in range(pos)]),
-            ],
-        )
+        notes = sensitivity(learner, reference, logits, rows_and_positions(batch, pos))
         other = (tokens + 1) % d_vocab
         with torch.no_grad():
             if float(loss_fn(logits.clone(), other)) == value:

@@ -613,7 +613,7 @@ def _masked(nll: Tensor, weights: Tensor) -> float:
 
 
 def _masked_evidence(loss_fn, logits, tokens, mask, value: float, expected: float) -> str:
-    from harness._evidence import scale_note, sensitivity
+    from harness._evidence import rows_and_positions, scale_note, sensitivity
 
     batch, pos, d_vocab = logits.shape
 
@@ -625,15 +625,7 @@ def _masked_evidence(loss_fn, logits, tokens, mask, value: float, expected: floa
         return _masked(_nll(x, tokens), mask[:, 1:].double())
 
     try:
-        notes = sensitivity(
-            learner,
-            reference,
-            logits,
-            [
-                ("row", "rows", [(b,) for b in range(batch)]),
-                ("position", "positions", [(slice(None), p) for p in range(pos)]),
-            ],
-        )
+        notes = sensitivity(learner, reference, logits, rows_and_positions(batch, pos))
     except Exception:  # noqa: BLE001 - the learner's function failing on other inputs: no further evidence
         notes = ""
     n_masked = int(mask[:, 1:].sum())
