@@ -92,3 +92,39 @@ def scale_note(value: float, expected: float, sizes: dict[str, int]) -> str:
         if abs(ratio - 1 / factor) < 1e-4 / factor:
             return f"it is the expected value divided by {name} = {factor:.4g}"
     return ""
+
+
+def unused_parameters(module: torch.nn.Module, run: Callable[[], Tensor], seed: int = 0) -> list[str]:
+    """The parameters of `module` whose values do not reach `run()`'s output: each changed in turn (then put back),
+    with the output compared. In a layer the reference uses every parameter, so each one found is evidence."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        base = run().clone()
+        unused = []
+        for name, param in module.named_parameters():
+            saved = param.detach().clone()
+            param.add_(
+                torch.randn(param.shape, generator=generator) * (saved.std() if saved.numel() > 1 else 1.0) + 0.5
+            )
+            try:
+                same = torch.allclose(run(), base, atol=1e-7, rtol=0)
+            finally:
+                param.copy_(saved)
+            if same:
+                unused.append(name)
+    return unused
+
+
+def unused_note(module: torch.nn.Module, run: Callable[[], Tensor]) -> str:
+    """' Changing X did not change your output (...)' or ''."""
+    try:
+        unused = unused_parameters(module, run)
+    except Exception:  # noqa: BLE001 - the learner's forward failing on changed weights: no further evidence
+        return ""
+    if not unused:
+        return ""
+    shown = ", ".join(unused[:4]) + (f" and {len(unused) - 4} more" if len(unused) > 4 else "")
+    return (
+        f" Changing {shown} did not change your output: {'it is' if len(unused) == 1 else 'they are'} not used, "
+        "where the reference uses every parameter."
+    )

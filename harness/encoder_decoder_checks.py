@@ -725,8 +725,11 @@ def encoder_layer_test(EncoderLayer) -> None:
             ),
         ]
         _name_variant(out, variants, what)
+        from harness._evidence import unused_note
+
+        unused = unused_note(layer, lambda x=x, mask=mask: layer.forward(x, mask))
         fail(
-            f"{what} differs from nn.TransformerEncoderLayer (post-LN, ReLU) with the same weights: "
+            f"{what} differs from nn.TransformerEncoderLayer (post-LN, ReLU) with the same weights.{unused} "
             f"{mismatch_summary(out, expected, ATOL, RTOL)}."
         )
     print(f"{name} passed: matches nn.TransformerEncoderLayer(norm_first=False, activation='relu'), with padding.")
@@ -815,8 +818,11 @@ def decoder_layer_test(DecoderLayer) -> None:
                 "is True): under the causal mask no real position sees the padding after it, so a self-attention "
                 "without the target's padding mask shows only there. Pass tgt_padding to the self-attention."
             )
+        from harness._evidence import unused_note
+
+        unused = unused_note(layer, lambda a=(y, memory, tgt_mask, src_mask): layer.forward(*a))
         fail(
-            f"{what} differs from nn.TransformerDecoderLayer (post-LN, ReLU) with the same weights: "
+            f"{what} differs from nn.TransformerDecoderLayer (post-LN, ReLU) with the same weights.{unused} "
             f"{mismatch_summary(out, expected, ATOL, RTOL, ('batch row', 'target position', 'feature'))}."
         )
     print(

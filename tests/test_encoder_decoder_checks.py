@@ -424,3 +424,11 @@ def test_a_decoder_self_attention_without_the_target_padding_is_told_by_where_it
     with pytest.raises(AssertionError) as err:
         harness.decoder_layer_test(namespace["DecoderLayer"])
     assert "only at padded target positions" in str(err.value), str(err.value)
+
+
+def test_an_encoder_layer_that_never_uses_a_layernorm_says_which():
+    """Found by a held-out review: ln1 for both sublayers; the message reports the parameters that change nothing."""
+    namespace = build(EncoderLayer=(ENC_FF, ENC_FF.replace("self.ln2", "self.ln1")))
+    with pytest.raises(AssertionError) as err:
+        harness.encoder_layer_test(namespace["EncoderLayer"])
+    assert "Changing ln2.w, ln2.b did not change your output" in str(err.value), str(err.value)
