@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -188,14 +189,40 @@ class RayBatch:
             f.write(json.dumps({"time": round(time.time(), 3), **entry}) + "\n")
 
     def connect(self):
-        import ray
-
+        try:
+            import ray
+        except ImportError:
+            raise SystemExit(
+                "--engine ray needs Ray on this machine and every node: pip install -e '.[cluster]' "
+                "(docs/cluster-grading.md)"
+            ) from None
         address = self.args.address or os.environ.get("RAY_ADDRESS")
         # The job runs its own interpreter (the worker's), found on the worker's own sys.path: the course must be
         # installed on every node (docs/cluster-grading.md); nothing of this machine's working folder is shipped.
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        if address and address != "auto" and ":" in address:
+            # Ray retries an unreachable head for minutes, silently: one connection attempt says it at once.
+            host, _, port = address.rpartition(":")
+            try:
+                socket.create_connection((host.split("://")[-1], int(port)), timeout=5).close()
+            except (OSError, ValueError) as err:
+                raise SystemExit(
+                    f"cannot reach the Ray cluster at {address} ({err}). Is `ray start --head` running there, and "
+                    "its port open to this machine?"
+                ) from None
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        except Exception as err:  # noqa: BLE001 - said in one line, with what to check
+            raise SystemExit(
+                f"cannot connect to the Ray cluster at {address}: {type(err).__name__}: {str(err)[:300]}. Is "
+                "`ray start --head` running there, with the same Ray version and RAY_AUTH_TOKEN as here?"
+            ) from None
         cpus = ray.cluster_resources().get("CPU", 0)
         self.g.say(f"ray: {len(ray.nodes())} nodes, {cpus:g} CPUs ({address or 'a local cluster started here'})")
+        if cpus < self.args.task_cpus:
+            self.g.say(
+                f"WARNING: the cluster has {cpus:g} CPUs and each task needs {self.args.task_cpus:g}: tasks wait for "
+                "a node to join (`ray start --address ...`) and are cancelled after --task-timeout"
+            )
         return ray
 
     def slots(self, ray) -> int:
