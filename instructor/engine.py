@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from instructor import judge
-from instructor.course import read_source_notebook
 
 BUNDLE_CACHE = Path(tempfile.gettempdir()) / "tfs-bundles"
 # Environment a job inherits from the coordinator, so that every machine grades in the same mode.
@@ -438,21 +437,7 @@ class RayBatch:
     def fail(self, item, reason: str) -> None:
         item.status = "failed"
         item.flags.append(reason[:400])
-        for test in read_source_notebook(item.notebook, Path(self.args.solutions)).tests:
-            item.rows.append(
-                {
-                    "student": item.student,
-                    "notebook": item.notebook,
-                    "exercise": test.exercise or "",
-                    "grade_id": test.grade_id,
-                    "score": 0.0,
-                    "max_score": test.points,
-                    "nbgrader_score": "",
-                    "recheck": "",
-                    "judge": "",
-                    "reason": reason[:500],
-                }
-            )
+        item.zero_rows(Path(self.args.solutions), reason[:500])
 
     @staticmethod
     def gradebook_record(item) -> dict:

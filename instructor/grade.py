@@ -144,6 +144,24 @@ class Item:
     probes: judge.Prepared | None = None  # the judge's request for the running re-check; expected outputs in it
     judged: dict | None = None  # grade_id -> the judge's verdict, once the re-check has ended
 
+    def zero_rows(self, solutions: Path, reason: str) -> None:
+        """One row per graded test of its notebook, 0 points, with `reason`: a notebook that was not graded."""
+        for test in read_source_notebook(self.notebook, solutions).tests:
+            self.rows.append(
+                {
+                    "student": self.student,
+                    "notebook": self.notebook,
+                    "exercise": test.exercise or "",
+                    "grade_id": test.grade_id,
+                    "score": 0.0,
+                    "max_score": test.points,
+                    "nbgrader_score": "",
+                    "recheck": "",
+                    "judge": "",
+                    "reason": reason,
+                }
+            )
+
 
 class Proc:
     """A child process speaking JSON lines on stdin/stdout."""
@@ -653,21 +671,7 @@ class Grader:
                 continue
             item.status = "not graded"
             item.flags.append("not graded: the grader stopped (see the last line of its output)")
-            for test in read_source_notebook(item.notebook, Path(self.args.solutions)).tests:
-                item.rows.append(
-                    {
-                        "student": item.student,
-                        "notebook": item.notebook,
-                        "exercise": test.exercise or "",
-                        "grade_id": test.grade_id,
-                        "score": 0.0,
-                        "max_score": test.points,
-                        "nbgrader_score": "",
-                        "recheck": "",
-                        "judge": "",
-                        "reason": reason,
-                    }
-                )
+            item.zero_rows(Path(self.args.solutions), reason)
 
     def end_sandbox(self) -> None:
         """Every learner process is gone before any output is written: the template's PID namespace ended with
