@@ -350,18 +350,24 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         ),
     ),
     "08_interpretability": (
-        _fn(  # random by design: judged by the rules every draw must follow, not against the course's draw
-            "test_repeated_segments",
-            "repeated_segments",
-            ("int", (40, 64)),
-            ("int", (20, 40)),
-            ("int", (30, 200)),
-            ("int", (2, 4)),
-            ("int", (5, 9)),
-            ("generator", None),
-            output="tuple",
-            compare="repeated_segments",
-            expect="segment_rules",
+        # Random by design: judged by the rules every draw must follow, not against the course's draw. The first
+        # probe is large with a small vocabulary, so that every id and every period shows up in a right draw (a
+        # range off by one is seen); the second has a large vocabulary (a hard-coded one is seen).
+        *(
+            _fn(
+                "test_repeated_segments",
+                "repeated_segments",
+                ("int", batch),
+                ("int", (20, 40)),
+                ("int", vocab),
+                ("int", (2, 4)),
+                ("int", (5, 9)),
+                ("generator", None),
+                output="tuple",
+                compare="repeated_segments",
+                expect="segment_rules",
+            )
+            for batch, vocab in (((600, 800), (5, 12)), ((40, 64), (30, 200)))
         ),
         _fn(
             "test_head_detector_scores",
@@ -503,6 +509,7 @@ EXPECTATIONS = {
     "segment_rules": _segment_rules,
     "trained_weights": _trained_weights,
 }
+RANDOM_FAILURE = 1e-9  # the most a rule about a random output may fail a right answer
 SAMPLES = 4000  # draws per sampling probe: a token of probability p is off by 6 sigma once in ~10^9 tests
 
 
@@ -977,13 +984,17 @@ def _compare_samples(got, probs) -> str | None:
 
 def _compare_segments(got: dict, rules: dict) -> str | None:
     """[BOS, s, s, ...] rows: BOS (0) first, then a segment of ids 1..d_vocab-1 repeated with the row's period,
-    periods within range and not all alike, segments not constant."""
+    periods within range. Those rules hold for every draw. The rest is a property of the distribution, judged
+    only where a right draw breaks it with probability below `RANDOM_FAILURE` (so an honest answer never loses
+    points to chance): every id and every period appear, periods differ between rows, and a segment's first two
+    tokens are equal about as often as independent draws make them (a constant segment is not)."""
     import torch
 
     if set(got) != {"0", "1"}:
         return f"returned {len(got)} values, expected (tokens, periods)"
     tokens, periods = got["0"], got["1"]
-    batch, n_ctx = rules["batch"], rules["n_ctx"]
+    batch, n_ctx, d_vocab = rules["batch"], rules["n_ctx"], rules["d_vocab"]
+    lo, hi = rules["min_period"], rules["max_period"]
     if tuple(tokens.shape) != (batch, n_ctx) or tuple(periods.shape) != (batch,):
         return f"returned tokens {list(tokens.shape)} and periods {list(periods.shape)}, expected [{batch}, {n_ctx}] and [{batch}]"
     if tokens.dtype != torch.int64 or periods.dtype != torch.int64:
@@ -991,18 +1002,33 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
     if (tokens[:, 0] != 0).any():
         return "a row does not start with BOS (token 0)"
     body = tokens[:, 1:]
-    if (body < 1).any() or (body >= rules["d_vocab"]).any():
-        return f"a segment holds an id outside 1..{rules['d_vocab'] - 1} (BOS, or past the vocabulary)"
-    if (periods < rules["min_period"]).any() or (periods > rules["max_period"]).any():
-        return f"a period is outside {rules['min_period']}..{rules['max_period']}"
-    if rules["min_period"] < rules["max_period"] and (periods == periods[0]).all():
-        return f"all {batch} rows have period {int(periods[0])}: the period must be drawn per row"
+    if (body < 1).any() or (body >= d_vocab).any():
+        return f"a segment holds an id outside 1..{d_vocab - 1} (BOS, or past the vocabulary)"
+    if (periods < lo).any() or (periods > hi).any():
+        return f"a period is outside {lo}..{hi}"
     for row in range(batch):
         p = int(periods[row])
         if not torch.equal(body[row, p:], body[row, :-p]):
             return f"row {row} does not repeat with its period {p}"
-        if (body[row, :p] == body[row, 0]).all():
-            return f"row {row}'s segment is one token repeated"
+
+    ids, n_periods = d_vocab - 1, hi - lo + 1
+    draws = int(periods.sum())  # segment tokens drawn independently, one per place in each row's period
+    if ids * (1 - 1 / ids) ** draws < RANDOM_FAILURE:
+        missing = sorted(set(range(1, d_vocab)) - set(body.unique().tolist()))
+        if missing:
+            return f"ids {missing[:8]} never appear in {batch} segments of ids 1..{d_vocab - 1}"
+    if n_periods > 1 and n_periods * (1 - 1 / n_periods) ** batch < RANDOM_FAILURE:
+        missing = sorted(set(range(lo, hi + 1)) - set(periods.tolist()))
+        if missing:
+            return f"periods {missing} never drawn in {batch} rows (each of {lo}..{hi} must be possible)"
+    if n_periods > 1 and (periods == periods[0]).all():
+        return f"all {batch} rows have period {int(periods[0])}: the period must be drawn per row"
+    # Rows whose segment starts with a repeated token: Binomial(batch, 1 / ids). Hoeffding's bound puts a right
+    # draw above mean + t with probability exp(-2 t^2 / batch); t is chosen to make that RANDOM_FAILURE.
+    repeats = int((body[:, 0] == body[:, 1]).sum())
+    allowed = batch / ids + math.sqrt(batch * math.log(1 / RANDOM_FAILURE) / 2)
+    if repeats > allowed:
+        return f"{repeats} of {batch} segments start with the same token twice (independent draws: about {batch / ids:.0f})"
     return None
 
 

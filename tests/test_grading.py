@@ -460,11 +460,16 @@ print("planted", planted)
 time.sleep(8)
 """
 SEEKER = """
-import glob, os, time
+import os, time
 seen = set()
+def look(top):
+    for root, dirs, files in os.walk(top):
+        # read-only binds (an environment or a course that lives under /tmp) hold nothing a kernel wrote
+        dirs[:] = [d for d in dirs if not os.statvfs(os.path.join(root, d)).f_flag & os.ST_RDONLY]
+        seen.update(os.path.join(root, f) for f in files if "SENTINEL" in f)
 for _ in range(10):
-    for pattern in ("/tmp/**/*SENTINEL*", "/dev/shm/**/*SENTINEL*", os.path.expanduser("~") + "/**/*SENTINEL*"):
-        seen.update(glob.glob(pattern, recursive=True, include_hidden=True))
+    for top in ("/tmp", "/dev/shm", os.path.expanduser("~")):
+        look(top)
     time.sleep(1)
 print("SEEN:", sorted(seen))
 """
@@ -861,7 +866,7 @@ def test_students_share_no_writable_place(graded):
     for student in ("zz_planter", "zz_seeker", "zz_filler", "zz_forker"):
         check_expected(graded, student)
     assert "planted" in _output_of(graded, "zz_planter", "planted")
-    assert _output_of(graded, "zz_seeker", "SEEN:") == "SEEN: []"
+    assert _output_of(graded, "zz_seeker", "SEEN: [") == "SEEN: []"  # its printed line, not the code
     for path in (graded["out"] / "course" / "autograded").glob("*/*/*.ipynb"):
         assert "PLANTED" not in path.read_text(), path
 

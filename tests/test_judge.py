@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.course import component_source, notebook_names
+from harness.course import component_source, components, notebook_names
 from instructor import judge, probe_runner
 
 LN = "01_layernorm"
@@ -532,9 +532,22 @@ SEGMENT_MISTAKES = {
         "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
         "segments = torch.randint(0, d_vocab, (batch, max_period), generator=generator)",
     ),
-    "must be drawn per row": (
+    "never drawn in": (
         "periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)",
         "periods = torch.full((batch,), min_period)",
+    ),
+    # ranges off by one: a right draw shows every id and period (the judge's large probe), these never do
+    "never appear in": (
+        "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
+        "segments = torch.randint(1, d_vocab - 1, (batch, max_period), generator=generator)",
+    ),
+    "periods [": (
+        "periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)",
+        "periods = torch.randint(min_period, max_period, (batch,), generator=generator)",
+    ),
+    "the same token twice": (
+        "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
+        "segments = torch.randint(1, d_vocab, (batch, 1), generator=generator).expand(batch, max_period)",
     ),
     "does not repeat with its period": (
         "index = torch.arange(n_ctx - 1)[None, :] % periods[:, None]",
@@ -545,6 +558,21 @@ MISTAKES += [("06_training", "test_weight_decay_groups", *change, cause) for cau
 MISTAKES += [
     ("08_interpretability", "test_repeated_segments", *change, cause) for cause, change in SEGMENT_MISTAKES.items()
 ]
+
+
+def test_a_right_random_draw_passes_the_segment_rules_every_time():
+    """The rules about repeated_segments' distribution are set to fail a right answer once in 10^9 judgings: the
+    course's own function over 300 seeds and both probes' argument ranges never fails them."""
+    repeated_segments = components("08_interpretability").repeated_segments
+    probes = [p for p in judge.PROBES["08_interpretability"] if p.compare == "repeated_segments"]
+    assert len(probes) == 2
+    gen = torch.Generator().manual_seed(0)
+    for seed in range(300):
+        for probe in probes:
+            args = [judge._randint(*param, gen) for kind, param in probe.args if kind == "int"]
+            tokens, periods = repeated_segments(*args, generator=torch.Generator().manual_seed(seed))
+            rules = dict(zip(("batch", "n_ctx", "d_vocab", "min_period", "max_period"), args, strict=True))
+            assert judge._compare_segments({"0": tokens, "1": periods}, rules) is None, (seed, rules)
 
 
 @pytest.mark.parametrize(("notebook", "grade_id", "old", "new", "cause"), MISTAKES, ids=[m[1] for m in MISTAKES])
