@@ -1,9 +1,9 @@
-"""Checks for notebook 07's decoding exercises: temperature, top-k, top-p, the frequency penalty, the full sampler,
-batched generation with end-of-text, and beam search.
+"""Checks for notebook 07's decoding exercises: temperature, top-k, top-p, the frequency penalty, min-p, the
+repetition penalty, the full sampler, batched generation with end-of-text, and beam search.
 
-The oracles are independent of the learner's code: `transformers`' own logits warpers for temperature, top-k and
-top-p; counting by `scatter_add` for the penalty; the exact probabilities those give for the sampler (compared with
-the frequencies of many draws); `GPT2LMHeadModel.generate` and small "scripted" language models whose best answers
+The oracles are independent of the learner's code: `transformers`' own logits processors for temperature, top-k,
+top-p, min-p and the repetition penalty; counting by `scatter_add` for the frequency penalty; the exact
+probabilities those give for the sampler (compared with the frequencies of many draws); `GPT2LMHeadModel.generate` and small "scripted" language models whose best answers
 are known (greedy, exhaustive search) for generation and beam search. When an output is wrong, the usual mistakes
 are recomputed on the same input and the one that matches is named.
 """
@@ -24,6 +24,8 @@ __all__ = [
     "beam_search_test",
     "frequency_penalty_test",
     "generate_test",
+    "min_p_test",
+    "repetition_penalty_test",
     "sample_next_token_test",
     "temperature_test",
     "top_k_test",
@@ -86,7 +88,9 @@ def _filter_evidence(out: Tensor, expected: Tensor, logits: Tensor) -> str:
         missing = (due[row] & ~kept[row]).nonzero().flatten().tolist()
         parts = [f"keeps tokens {extra[:6]} that are removed"] * bool(extra)
         parts += [f"removes tokens {missing[:6]} that are kept"] * bool(missing)
-        count = "the right number of tokens" if got[row] == want[row] else f"{got[row]} tokens where {want[row]} are due"
+        count = (
+            "the right number of tokens" if got[row] == want[row] else f"{got[row]} tokens where {want[row]} are due"
+        )
         return f"kept {got} tokens per row where {want} are due; row {row} keeps {count}, but " + " and ".join(parts)
     return f"kept {got} tokens per row where {want} are due"
 
@@ -316,6 +320,131 @@ def frequency_penalty_test(apply_frequency_penalty) -> None:
             f"{name} with penalty={penalty} differs from logits - penalty * (occurrences of each token in its row): {shown}."
         )
     print(f"{name} passed: subtracts penalty x count of each token, row by row.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Min-p and the repetition penalty
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def min_p_test(min_p_filter) -> None:
+    """Checks `min_p_filter(logits, min_p, min_tokens_to_keep=1)`: tokens less likely than min_p times the row's
+    most likely token -> -inf, at least `min_tokens_to_keep` kept."""
+    from transformers import MinPLogitsWarper
+
+    name = _name(min_p_filter, "min_p_filter")
+    # Rows of different confidence (top probabilities 0.21 to 0.63), so that one row's threshold is wrong for another
+    # and no row is so sure that min_p itself is the threshold; a min_p high
+    # enough that only the top token survives, where min_tokens_to_keep is what keeps more.
+    spread = _logits(11, batch=4, d_vocab=40) * torch.tensor([[0.3], [0.6], [1.0], [1.4]])
+    cases = [(spread, 0.1, 1), (_logits(12, scale=2.0), 0.3, 1), (_logits(13, scale=4.0), 0.9, 3)]
+    for logits, min_p, keep in cases:
+        out = _run_filter(min_p_filter, name, logits, min_p, keep)
+        expected = MinPLogitsWarper(min_p=min_p, filter_value=NEG_INF, min_tokens_to_keep=keep)(None, logits.clone())
+        if _same_filter(out, expected):
+            continue
+        where = f"with min_p={min_p}, min_tokens_to_keep={keep}"
+        probs = logits.softmax(-1)
+        absolute = logits.masked_fill(probs < min_p, NEG_INF)
+        on_logits = logits.masked_fill(logits < min_p * logits.amax(-1, keepdim=True), NEG_INF)
+        batch_top = logits.masked_fill(probs < min_p * probs.max(), NEG_INF)
+        if _same_filter(out, absolute):
+            fail(
+                f"{name} {where}: it removes tokens whose probability is below min_p itself; the threshold is min_p "
+                "times the probability of the row's most likely token, so it moves with the model's confidence."
+            )
+        if _same_filter(out, on_logits):
+            fail(f"{name} {where}: the threshold is applied to logits; compare probabilities (after a softmax).")
+        if _same_filter(out, batch_top):
+            fail(
+                f"{name} {where}: every row is compared with the most likely token of the whole batch; use each row's "
+                "own top probability."
+            )
+        likeliest = probs.topk(min(keep, probs.shape[-1]), dim=-1).indices
+        reversed_ = (probs > min_p * probs.amax(-1, keepdim=True)).scatter(-1, likeliest, False)
+        if _same_filter(out, logits.masked_fill(reversed_, NEG_INF)):
+            fail(
+                f"{name} {where}: it removes the tokens above the threshold and keeps those below: the comparison is "
+                "reversed (remove a token when its probability is below min_p times the top one)."
+            )
+        first_ids = probs < min_p * probs.amax(-1, keepdim=True)
+        first_ids[:, :keep] = False
+        if _same_filter(out, logits.masked_fill(first_ids, NEG_INF)):
+            fail(
+                f"{name} {where}: it always keeps the first {keep} token ids of the vocabulary; min_tokens_to_keep "
+                "protects the likeliest tokens of each row (find them by probability)."
+            )
+        got = _kept_counts(out)
+        if keep > 1 and any(g < keep for g in got):
+            fail(f"{name} {where}: kept {got} tokens per row: never fewer than min_tokens_to_keep.")
+        fail(f"{name} {where}: {_filter_evidence(out, expected, logits)}.")
+    print(f"{name} passed: matches transformers' MinPLogitsWarper, min_tokens_to_keep included.")
+
+
+def repetition_penalty_test(apply_repetition_penalty) -> None:
+    """Checks `apply_repetition_penalty(logits [batch d_vocab], tokens [batch pos], penalty)`: CTRL's rule."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    name = _name(apply_repetition_penalty, "apply_repetition_penalty")
+    logits = _logits(14, batch=3, d_vocab=10)  # about half of the seen tokens' logits are negative
+    tokens = torch.tensor([[1, 1, 1, 4, 9, 4], [0, 2, 2, 2, 2, 7], [5, 6, 5, 6, 5, 3]])
+    for penalty in (1.3, 2.0, 0.8):
+        given_tokens, given_logits = tokens.clone(), logits.clone()
+        out = as_tensor_output(
+            call(apply_repetition_penalty, given_logits, given_tokens, penalty, what=f"{name}(logits, tokens, p)"),
+            name,
+        )
+        if not torch.equal(given_tokens, tokens):
+            fail(f"{name} modified `tokens` in place.")
+        if not torch.equal(given_logits, logits):
+            fail(f"{name} modified `logits` in place: return a new tensor.")
+        if tuple(out.shape) != tuple(logits.shape):
+            fail(f"{name} returned shape {list(out.shape)}, expected {list(logits.shape)}.")
+        expected = RepetitionPenaltyLogitsProcessor(penalty=penalty)(tokens, logits.clone())
+        if torch.allclose(out, expected, atol=1e-5):
+            continue
+        where = f"with penalty={penalty}"
+        seen = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, tokens, True)
+        counts = _counts(tokens, logits.shape[-1])
+        if torch.allclose(out, torch.where(seen, logits / penalty, logits), atol=1e-5):
+            fail(
+                f"{name} {where}: it divides every seen token's logit by the penalty; a negative logit divided by a "
+                "penalty above 1 grows towards 0 and the token becomes likelier. Multiply negative logits instead."
+            )
+        by_count = torch.where(logits < 0, logits * penalty**counts, logits / penalty**counts)
+        if torch.allclose(out, by_count, atol=1e-5):
+            fail(
+                f"{name} {where}: it applies the penalty once per occurrence (penalty ** count); CTRL's rule applies "
+                "it once per distinct token, however often the token occurred."
+            )
+        anywhere = torch.zeros(logits.shape[-1], dtype=torch.bool).scatter(0, tokens.flatten(), True).expand_as(seen)
+        penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+        if torch.allclose(out, torch.where(anywhere, penalised, logits), atol=1e-5):
+            fail(f"{name} {where}: it penalises tokens seen anywhere in the batch; each row uses its own tokens.")
+        if torch.allclose(out, torch.where(seen[:1].expand_as(seen), penalised, logits), atol=1e-5):
+            fail(f"{name} {where}: every row is penalised for row 0's tokens; each row uses its own tokens.")
+        if torch.allclose(out, torch.where(seen, logits - penalty, logits), atol=1e-5):
+            fail(
+                f"{name} {where}: it subtracts the penalty from each seen token's logit (OpenAI's presence penalty); "
+                "CTRL's rule rescales it: divide a positive logit by the penalty, multiply a negative one."
+            )
+        inverse = torch.where(seen, torch.where(logits < 0, logits / penalty, logits * penalty), logits)
+        if torch.allclose(out, inverse, atol=1e-5):
+            fail(
+                f"{name} {where}: it makes seen tokens likelier: divide a positive logit by the penalty and multiply "
+                "a negative one, so that a penalty above 1 always lowers them."
+            )
+        wrong = (out - expected).abs() > 1e-5
+        unseen_changed = (wrong & ~seen).nonzero()
+        if len(unseen_changed):
+            r, t = (int(i) for i in unseen_changed[0])
+            fail(f"{name} {where}: row {r}'s token {t} never occurs in that row, yet its logit changed.")
+        r, t = (int(i) for i in wrong.nonzero()[0])
+        fail(
+            f"{name} {where}: row {r}'s token {t} (seen {int(counts[r, t])} times, logit {logits[r, t].item():+.4g}) "
+            f"became {out[r, t].item():+.4g}, expected {expected[r, t].item():+.4g}."
+        )
+    print(f"{name} passed: matches transformers' RepetitionPenaltyLogitsProcessor (CTRL), negative logits included.")
 
 
 # --------------------------------------------------------------------------------------------------------------------

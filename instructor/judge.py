@@ -290,6 +290,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("few_tokens", ("batch", "n_ctx")),
             ("real", (0.1, 2.0)),
         ),
+        _fn("test_min_p_filter", "min_p_filter", LOGITS, ("real", (0.02, 0.5)), compare="filter"),
+        _fn("test_min_p_filter", "min_p_filter", LOGITS, ("real", (0.5, 0.95)), ("int", (2, 6)), compare="filter"),
+        _fn(
+            "test_apply_repetition_penalty",
+            "apply_repetition_penalty",
+            LOGITS,
+            ("few_tokens", ("batch", "n_ctx")),
+            ("real", (1.05, 2.0)),
+        ),
         *(
             _fn(
                 "test_sample_next_token",

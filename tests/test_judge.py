@@ -459,6 +459,20 @@ MISTAKES = [
         "differs from the course's apply_frequency_penalty",
     ),
     (
+        "07_sampling_and_kv_cache",
+        "test_min_p_filter",
+        "remove = probs < threshold",
+        "remove = probs < min_p",
+        "differs from the course's min_p_filter on fresh inputs",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_apply_repetition_penalty",
+        "penalised = torch.where(logits < 0, logits * penalty, logits / penalty)",
+        "penalised = logits / penalty",
+        "differs from the course's apply_repetition_penalty",
+    ),
+    (
         "09_encoder_decoder",
         "test_multi_head_attention",
         "if causal:",

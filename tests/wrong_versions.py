@@ -1129,6 +1129,80 @@ add(
 )
 
 
+def min_p_with(kind):
+    def fn(logits, min_p, min_tokens_to_keep=1):
+        probs = logits.softmax(-1)
+        top = probs.amax(-1, keepdim=True)
+        if kind == "absolute":
+            remove = probs < min_p
+        elif kind == "on_logits":
+            remove = logits < min_p * logits.amax(-1, keepdim=True)
+        elif kind == "batch_top":
+            remove = probs < min_p * probs.max()
+        elif kind == "no_min":
+            return logits.masked_fill(probs < min_p * top, float("-inf"))
+        elif kind == "first_k":  # the first k in vocabulary order, not the k likeliest
+            remove = probs < min_p * top
+            remove[:, :min_tokens_to_keep] = False
+            return logits.masked_fill(remove, float("-inf"))
+        elif kind == "keeps_below":  # the comparison reversed
+            remove = probs > min_p * top
+        keep = probs.topk(min(min_tokens_to_keep, logits.shape[-1]), dim=-1).indices
+        return logits.masked_fill(remove.scatter(-1, keep, False), float("-inf"))
+
+    return lambda: harness.min_p_test(fn)
+
+
+T = "min_p_test"
+add(T, "", lambda: harness.min_p_test(c07.min_p_filter))
+add(T, "threshold min_p itself", min_p_with("absolute"), "below min_p itself")
+add(T, "threshold on logits", min_p_with("on_logits"), "applied to logits")
+add(T, "the batch's top probability", min_p_with("batch_top"), "whole batch", "own top probability")
+add(T, "ignores min_tokens_to_keep", min_p_with("no_min"), "min_tokens_to_keep")
+add(T, "keeps the first k ids, not the k likeliest", min_p_with("first_k"), "first 1 token ids", "likeliest")
+add(T, "comparison reversed", min_p_with("keeps_below"), "reversed")
+
+
+def repetition_with(kind):
+    def fn(logits, tokens, penalty):
+        seen = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, tokens, True)
+        penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+        if kind == "divide_all":
+            return torch.where(seen, logits / penalty, logits)
+        if kind == "per_occurrence":
+            counts = torch.zeros_like(logits).scatter_add(-1, tokens, torch.ones_like(tokens, dtype=logits.dtype))
+            return torch.where(logits < 0, logits * penalty**counts, logits / penalty**counts)
+        if kind == "inverse":
+            return torch.where(seen, torch.where(logits < 0, logits / penalty, logits * penalty), logits)
+        if kind == "batch":
+            anywhere = torch.zeros(logits.shape[-1], dtype=torch.bool).scatter(0, tokens.flatten(), True)
+            return torch.where(anywhere, penalised, logits)
+        if kind == "row0":
+            return torch.where(seen[:1], penalised, logits)
+        if kind == "everything":
+            return penalised
+        if kind == "subtract":
+            return torch.where(seen, logits - penalty, logits)
+        if kind == "in_place":
+            logits[seen] = penalised[seen]
+            return logits
+        raise ValueError(kind)
+
+    return lambda: harness.repetition_penalty_test(fn)
+
+
+T = "repetition_penalty_test"
+add(T, "", lambda: harness.repetition_penalty_test(c07.apply_repetition_penalty))
+add(T, "divides negative logits too", repetition_with("divide_all"), "negative logit")
+add(T, "once per occurrence", repetition_with("per_occurrence"), "once per occurrence", "once per distinct")
+add(T, "inverse: seen tokens likelier", repetition_with("inverse"), "likelier")
+add(T, "tokens of the whole batch", repetition_with("batch"), "anywhere in the batch", "own tokens")
+add(T, "row 0's tokens for every row", repetition_with("row0"), "row 0's tokens")
+add(T, "every token penalised", repetition_with("everything"), "never occurs in that row")
+add(T, "subtracts (presence)", repetition_with("subtract"), "subtracts the penalty")
+add(T, "in place", repetition_with("in_place"), "in place")
+
+
 def sample_with(kind):
     def fn(logits, tokens, temperature=1.0, top_k=None, top_p=None, frequency_penalty=0.0, generator=None):
         if kind == "argmax":
