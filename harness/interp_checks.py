@@ -25,6 +25,7 @@ __all__ = [
     "logit_attribution_test",
     "logit_lens_test",
     "mean_ablation_test",
+    "patching_test",
     "repeated_segments_test",
 ]
 
@@ -783,6 +784,148 @@ def logit_attribution_test(logit_attribution) -> None:
         if _close(got, variant, atol=1e-3):
             fail(f"{name} {label}.")
     fail(f"{name} differs from the direct logit attribution: {mismatch_summary(got, expected, 1e-3, 1e-4)}.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Activation patching
+
+
+def _patched(
+    hooked,
+    corrupted: Tensor,
+    clean_cache,
+    metric,
+    *,
+    hook: str = "resid_pre",
+    shift: int = 0,
+    rows: slice = slice(None),
+    fixed: int | None = None,
+) -> Tensor:
+    """[n_layers pos]: the metric on the corrupted run with one layer's `hook` at one position taken from the clean
+    cache. `shift` moves the position written (an off-by-one); `rows` limits the batch rows patched; `fixed`
+    patches that one position for every entry."""
+    n_layers, n_pos = hooked.cfg.n_layers, corrupted.shape[1]
+    out = torch.zeros(n_layers, n_pos)
+    for layer in range(n_layers):
+        name = f"blocks.{layer}.hook_{hook}"
+        for pos in range(n_pos):
+            where = (pos + shift) % n_pos if fixed is None else fixed
+
+            def patch(act, hook, where=where, name=name):
+                act[rows, where] = clean_cache[name][rows, where]
+                return act
+
+            with torch.no_grad():
+                out[layer, pos] = float(metric(hooked.run_with_hooks(corrupted, fwd_hooks=[(name, patch)])))
+    return out
+
+
+def patching_test(patch_resid_pre) -> None:
+    """Checks `patch_resid_pre(model, corrupted_tokens, clean_cache, metric) -> [n_layers pos]` against
+    TransformerLens's `patching.get_act_patch_resid_pre`, on a random model with two different metrics."""
+    import contextlib
+    import io
+
+    from transformer_lens import patching
+
+    name = _name(patch_resid_pre, "patch_resid_pre")
+    hooked = _hooked_gpt2()
+    clean, corrupted = _tokens(21, batch=3, pos=5), _tokens(22, batch=3, pos=5)
+    clean[:, 0] = corrupted[:, 0]  # the same first token, as a BOS would be: position 0 still differs after it
+    _, clean_cache = _run_with_cache(hooked, clean)
+    params = {k: v.clone() for k, v in hooked.state_dict().items()}
+    metrics = {  # the batch's mean logit difference of two tokens at the last position; then one position earlier
+        "the logit difference of tokens 3 and 5 at the last position": lambda logits: (
+            logits[:, -1, 3] - logits[:, -1, 5]
+        ).mean(),
+        "the log-probability of token 7 at position 2": lambda logits: logits[:, 2].log_softmax(-1)[:, 7].mean(),
+    }
+    for what, metric in metrics.items():
+        call_text = f"{name}(model, corrupted_tokens, clean_cache, metric) with metric = {what}"
+        given = corrupted.clone()
+        with torch.no_grad():
+            out = call(patch_resid_pre, hooked, given, clean_cache, metric, what=call_text)
+        left = [hp for hp in hooked.hook_dict.values() if hp.fwd_hooks or hp.bwd_hooks]
+        if left:
+            hooked.reset_hooks(including_permanent=True)
+            fail(
+                f"{name} left {len(left)} hook(s) on the model (e.g. on {left[0].name}): every later run would still "
+                "be patched. run_with_hooks removes its hooks itself; add_hook needs reset_hooks() afterwards."
+            )
+        if not torch.equal(given, corrupted):
+            fail(f"{name} modified `corrupted_tokens` in place.")
+        changed = [k for k, v in hooked.state_dict().items() if not torch.equal(v, params[k])]
+        if changed:
+            hooked.load_state_dict(params)
+            fail(f"{name} changed the model's weights ({changed[:3]}): patch activations through a hook.")
+        got = as_tensor_output(out, name).detach().float()
+        with contextlib.redirect_stderr(io.StringIO()), torch.no_grad():  # its progress bar
+            expected = patching.get_act_patch_resid_pre(hooked, corrupted, clean_cache, metric).float()
+        n_layers, n_pos = expected.shape
+        if tuple(got.shape) == (n_pos, n_layers) and n_pos != n_layers:
+            fail(f"{call_text} returned [pos, n_layers] = {list(got.shape)}: put the layer first, [n_layers, pos].")
+        if tuple(got.shape) != (n_layers, n_pos):
+            fail(f"{call_text} returned shape {list(got.shape)}, expected [n_layers, pos] = {[n_layers, n_pos]}.")
+        if _close(got, expected, atol=1e-4):
+            continue
+        with torch.no_grad():
+            corrupted_value = float(metric(hooked(corrupted)))
+            clean_value = float(metric(hooked(clean)))
+        if torch.allclose(got, torch.full_like(got, corrupted_value), atol=1e-4):
+            fail(
+                f"{name} with metric = {what}: every entry is the metric of the corrupted run ({corrupted_value:.4g}): "
+                "no patch took effect. Does the hook write the clean activation into the tensor it returns, at "
+                "'blocks.{layer}.hook_resid_pre'?"
+            )
+        if torch.allclose(got, torch.full_like(got, clean_value), atol=1e-4):
+            fail(
+                f"{name} with metric = {what}: every entry is the metric of the clean run ({clean_value:.4g}): each "
+                "patch replaced every position at once, or the clean tokens were run. Patch one position per entry, "
+                "on the corrupted tokens."
+            )
+        variants = {
+            # patching resid_mid at (layer, pos) leaves the same stream after the block as patching resid_post there
+            "patched the stream after block `layer` (hook_resid_post or hook_resid_mid): row `layer` is the stream "
+            "entering block `layer`, hook_resid_pre": _patched(
+                hooked, corrupted, clean_cache, metric, hook="resid_post"
+            ),
+            "patched position pos + 1 for entry pos: an off-by-one in the position": _patched(
+                hooked, corrupted, clean_cache, metric, shift=1
+            ),
+            "patched position pos - 1 for entry pos: an off-by-one in the position": _patched(
+                hooked, corrupted, clean_cache, metric, shift=-1
+            ),
+            "patched only the first sequence of the batch: patch every row (the batch is the first axis)": _patched(
+                hooked, corrupted, clean_cache, metric, rows=slice(0, 1)
+            ),
+            "patched the last position for every entry: a hook defined in a loop reads the loop variable when it "
+            "runs, after the loop has moved on; bind the position as a default argument (pos=pos)": _patched(
+                hooked, corrupted, clean_cache, metric, fixed=corrupted.shape[1] - 1
+            ),
+        }
+        for label, variant in variants.items():
+            if _close(got, variant, atol=1e-4):
+                fail(f"{name} with metric = {what}: {label}.")
+        # What the output shows: does it follow the metric, and which layers' rows are right.
+        other = next(m for w, m in metrics.items() if w != what)
+        with torch.no_grad():
+            again = call(patch_resid_pre, hooked, corrupted.clone(), clean_cache, other, what=call_text)
+        hooked.reset_hooks(including_permanent=True)
+        if isinstance(again, Tensor) and again.shape == got.shape and torch.allclose(again.float(), got, atol=1e-6):
+            fail(
+                f"{name}: its output did not change when the metric changed ({what}, then another): call `metric` "
+                "on each patched run's logits and record what it returns."
+            )
+        right = [layer for layer in range(n_layers) if _close(got[layer], expected[layer], atol=1e-4)]
+        wrong = [layer for layer in range(n_layers) if layer not in right]
+        fail(
+            f"{name} with metric = {what} differs from TransformerLens's get_act_patch_resid_pre in the rows of "
+            f"layers {wrong}" + (f" (layers {right} are right)" if right else "") + ": "
+            f"{mismatch_summary(got, expected, 1e-4, 1e-4)} (rows are layers, columns positions)."
+        )
+    print(
+        f"{name} passed: matches TransformerLens's get_act_patch_resid_pre for two metrics, every layer and position."
+    )
 
 
 def _silence(fn):

@@ -158,6 +158,7 @@ _CACHE_ANSWERS = tuple(  # ActivationCache's own logit lens and direct logit att
 )
 TL_EXERCISES = {
     ("08_interpretability", "mean_ablate_heads"): ("py:transformer_lens/patching.py",),
+    ("08_interpretability", "patch_resid_pre"): ("py:transformer_lens/patching.py",),
     ("08_interpretability", "logit_lens"): _CACHE_ANSWERS,
     ("08_interpretability", "logit_attribution"): _CACHE_ANSWERS,
 }
@@ -404,6 +405,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             *TOKENS,
             ("int", (0, SMALL["n_layers"] - 1)),
             ("head_list", None),
+        ),
+        _fn(  # the clean cache on fresh tokens, made in the child; TransformerLens's patching module refused
+            "test_patch_resid_pre",
+            "patch_resid_pre",
+            ("hooked_course", ("08_interpretability", "DemoTransformer")),
+            *TOKENS,
+            ("run_cache", (0, TOKENS[0])),
+            ("logit_diff", None),
         ),
         _fn(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it
             "test_logit_lens",
@@ -742,6 +751,12 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             "seed": _randint(0, 10_000, gen),
         }
         return course.TrainingArgs(**fields), {"dataclass": "TrainingArgs", "fields": fields}
+    if kind == "logit_diff":  # a metric: the batch's mean logit difference of two drawn tokens at the last position
+        first = _randint(0, dims["d_vocab"] - 1, gen)
+        second = (first + _randint(1, dims["d_vocab"] - 1, gen)) % dims["d_vocab"]
+        from instructor.probe_runner import logit_diff_metric
+
+        return logit_diff_metric(first, second), {"logit_diff": [first, second]}
     if kind == "head_list":  # one or two distinct heads, in increasing order
         count = _randint(1, min(2, dims["n_heads"]), gen)
         heads = sorted(torch.randperm(dims["n_heads"], generator=gen)[:count].tolist())

@@ -110,6 +110,15 @@ def table_seq2seq(table, fields: dict):
     return TableSeq2Seq().eval()
 
 
+def logit_diff_metric(first: int, second: int):
+    """A patching metric: the batch's mean of logit[first] - logit[second] at the last position."""
+
+    def metric(logits):
+        return (logits[:, -1, first] - logits[:, -1, second]).mean()
+
+    return metric
+
+
 def _argument(spec: dict, namespace: dict, tensors: dict):
     """One argument of a probe, from its JSON entry (the judge's `_draw`)."""
     if "tensor" in spec:
@@ -136,6 +145,11 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         import torch
 
         return torch.Generator().manual_seed(int(spec["generator"]))
+    if "logit_diff" in spec:
+        first, second = spec["logit_diff"]
+        if type(first) is not int or type(second) is not int:
+            raise ProbeError("the judge sent a metric that is not of two token ids")
+        return logit_diff_metric(first, second)
     if "table_seq2seq" in spec:
         return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"])
     if "module" in spec:  # the learner's class, with the judge's weights

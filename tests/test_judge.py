@@ -459,6 +459,13 @@ MISTAKES = [
         "differs from the course's apply_frequency_penalty",
     ),
     (
+        "08_interpretability",
+        "test_patch_resid_pre",
+        "resid[:, pos] = clean_cache[name][:, pos]",
+        "resid[:, pos] = clean_cache[name][:, pos - 1]",
+        "differs from the course's patch_resid_pre",
+    ),
+    (
         "07_sampling_and_kv_cache",
         "test_min_p_filter",
         "remove = probs < threshold",
@@ -746,6 +753,16 @@ FUNCTION_CASES = [
             "    return (scaled * model.W_U.T[tokens[:, 1:]]).sum(-1)\n"
         ),
         "apply_ln_to_stack",
+    ),
+    (  # and its own activation patching
+        "08_interpretability",
+        "test_patch_resid_pre",
+        (
+            "def patch_resid_pre(model, corrupted_tokens, clean_cache, metric):\n"
+            "    from transformer_lens import patching\n"
+            "    return patching.get_act_patch_resid_pre(model, corrupted_tokens, clean_cache, metric)\n"
+        ),
+        "transformer_lens/patching.py",
     ),
 ]
 

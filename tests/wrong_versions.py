@@ -1506,6 +1506,62 @@ add(T, "every head ablated", ablate_with("all_heads"), "every head", "other head
 add(T, "ablates the values (hook_v)", ablate_with("wrong_hook"), "hook_v", "hook_z", "the values")
 
 
+def patch_with(kind):
+    def fn(model, corrupted_tokens, clean_cache, metric):
+        n_layers, n_pos = model.cfg.n_layers, corrupted_tokens.shape[1]
+        results = torch.zeros(n_layers, n_pos)
+        hook = {"post": "resid_post", "mid": "resid_mid"}.get(kind, "resid_pre")
+        for layer in range(n_layers):
+            name = f"blocks.{layer}.hook_{hook}"
+            for pos in range(n_pos):
+                where = {"next": (pos + 1) % n_pos, "every_pos": slice(None)}.get(kind, pos)
+                rows = slice(0, 1) if kind == "row0" else slice(None)
+
+                def patch(resid, hook, where=where, name=name, rows=rows):
+                    if kind == "copy":  # patches a copy: the model never sees it
+                        resid = resid.clone()
+                        resid[rows, where] = clean_cache[name][rows, where]
+                        return None
+                    resid[rows, where] = clean_cache[name][rows, where]
+                    return resid
+
+                if kind == "add_hook":
+                    model.add_hook(name, patch)
+                    results[layer, pos] = metric(model(corrupted_tokens))
+                elif kind == "late_binding":  # the hook reads `pos` when it runs: always the last position
+                    results[layer, pos] = metric(
+                        model.run_with_hooks(
+                            corrupted_tokens,
+                            fwd_hooks=[
+                                (
+                                    name,
+                                    lambda r, hook, name=name: r.index_copy_(
+                                        1, torch.tensor([n_pos - 1]), clean_cache[name][:, -1:]
+                                    ),
+                                )
+                            ],
+                        )
+                    )
+                else:
+                    results[layer, pos] = metric(model.run_with_hooks(corrupted_tokens, fwd_hooks=[(name, patch)]))
+        return results.T if kind == "transposed" else results
+
+    return lambda: harness.patching_test(fn)
+
+
+T = "patching_test"
+add(T, "", lambda: harness.patching_test(c08.patch_resid_pre))
+add(T, "patches hook_resid_post", patch_with("post"), "after block", "resid_post")
+add(T, "patches hook_resid_mid", patch_with("mid"), "after block", "resid_mid")
+add(T, "position off by one", patch_with("next"), "off-by-one")
+add(T, "every position at once", patch_with("every_pos"), "every position at once")
+add(T, "only batch row 0", patch_with("row0"), "first sequence of the batch")
+add(T, "patches a copy", patch_with("copy"), "no patch took effect")
+add(T, "hooks left on the model", patch_with("add_hook"), "left")
+add(T, "[pos, n_layers]", patch_with("transposed"), "layer first")
+add(T, "always the last position (late binding)", patch_with("late_binding"), "loop variable")
+
+
 def lens_with(kind):
     def fn(model, cache):
         n = model.cfg.n_layers
