@@ -28,13 +28,8 @@ A test's points are given only if nbgrader's run of the notebook passes it AND t
 process draws fresh inputs and random weights for the course's own component, keeps the expected outputs, and
 hands the re-check child only the inputs and weights (safetensors files in a folder of the job's own); once the
 child is gone it reads the outputs the child wrote (safetensors only) and compares them itself, so nothing in the
-sandbox can change how that comparison is made. It covers the nn.Module exercises of notebooks 01-05 and 09
-(LayerNorm, Embed, PosEmbed, Attention, MLP, TransformerBlock, Unembed, DemoTransformer; MultiHeadAttention,
-SharedEmbedding, FeedForward, EncoderLayer, DecoderLayer, EncoderDecoder) and the functions
-sinusoidal_positional_encoding, apply_causal_mask, attention_scores, attention_pattern, weighted_values,
-project_heads, gelu_new, convert_hf_gpt2_state_dict, cross_entropy_loss, greedy_generate, lr_at, masked_lm_loss,
-apply_temperature, top_k_filter, top_p_filter, apply_frequency_penalty and seq2seq_loss (`judge.PROBES`; README
-lists the tests it leaves out, and why); every other test is judged only inside the sandbox. A judge failure on a test the re-check
+sandbox can change how that comparison is made. It covers every graded test (`judge.PROBES`; docs/grading.md says
+how each is probed). A judge failure on a test the re-check
 passed is flagged. Notebooks are graded in parallel (`--jobs` nbgrader processes, each with its own copy
 of the gradebook, merged at the end). nbgrader runs each notebook in a fresh kernel forked from a warm template
 that has imported torch/TransformerLens/harness and loaded the reference model (`--cold-kernels` starts them from

@@ -265,6 +265,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("real", (0.01, 0.3)),
             output="param_groups",
         ),
+        _fn(  # a few steps of the learner's addition loop on the judge's model, every batch the judge's (in order,
+            # whatever seed the loop asks for), then again with another args.seed: the weights, the losses and the
+            # seeds it asked for are judged here
+            "test_train_addition",
+            "train_addition",
+            ("course_weights", ("06_training", "DemoTransformer")),
+            ("train_args", None),
+            ("int", (1, 3)),
+            ("addition_batches", (1, 2)),
+            output="dict",
+            script="addition_run",
+            expect="addition_run",
+            compare="addition_run",
+        ),
         _fn(  # a few steps of the learner's loop on the judge's model; every window the same, so any way of drawing
             # a batch gives the same batches: the trained weights must match the course's loop, whatever the order
             "test_train",
@@ -522,10 +536,19 @@ def _trained_weights(course, model, train_windows, val_windows, args) -> dict:
         return trained_weights(course.train, model, train_windows, val_windows, args)
 
 
+def _addition_run(course, model, args, n_digits, batches) -> dict:
+    from instructor.probe_runner import addition_run
+
+    return addition_run(
+        course.train_addition, model, args, n_digits, batches, namespace=course.train_addition.__globals__
+    )
+
+
 EXPECTATIONS = {
     "sampling_distribution": _sampling_distribution,
     "segment_rules": _segment_rules,
     "trained_weights": _trained_weights,
+    "addition_run": _addition_run,
 }
 RANDOM_FAILURE = 1e-9  # the most a rule about a random output may fail a right answer
 SAMPLES = 4000  # draws per sampling probe: a token of probability p is off by 6 sigma once in ~10^9 tests
@@ -735,7 +758,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
-    if kind == "run_cache":
+    if kind in ("run_cache", "addition_batches"):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
         fields = {
@@ -841,6 +864,16 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
                     entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
                 with torch.no_grad():
                     drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
+            if kind == "addition_batches":  # the problems of every step, for the arguments' batch size and digits
+                args_at, digits_at = param
+                train_args, n_digits = drawn[args_at][0], drawn[digits_at][0]
+                pairs = [
+                    course.addition_data(train_args.batch_size, n_digits, seed=_randint(0, 2**31, gen))
+                    for _ in range(train_args.max_steps)
+                ]
+                batches = {"tokens": torch.stack([t for t, _ in pairs]), "mask": torch.stack([m for _, m in pairs])}
+                tensors.update({f"{name}.in{j}.{key}": value for key, value in batches.items()})
+                drawn[j] = (batches, {"tensors": f"{name}.in{j}."})
         entry = {
             "name": name,
             "grade_id": probe.grade_id,
@@ -1056,12 +1089,43 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
     return None
 
 
+def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
+    """The addition loop: what it asked `addition_data` for (one call per step, the arguments' batch size and
+    digits, a seed of its own at every step that changes with args.seed), then its losses and trained weights
+    against the course's loop on the same batches."""
+    import torch
+
+    calls = {run: got.get(f"calls.{run}") for run in (0, 1)}
+    if any(c is None or c.dtype != torch.int64 or c.dim() != 2 or c.shape[-1] != 3 for c in calls.values()):
+        return "no record of the calls to addition_data"
+    due = expected["calls.0"]  # the course's calls: one a step, [n, n_digits, seed]
+    steps, batch_size, n_digits = len(due), int(due[0, 0]), int(due[0, 1])
+    if len(calls[0]) != steps:
+        return f"addition_data was called {len(calls[0])} times in {steps} steps (one fresh batch a step)"
+    if (calls[0][:, 0] != batch_size).any():
+        return f"addition_data was asked for {calls[0][:, 0].tolist()} problems, not args.batch_size = {batch_size}"
+    if (calls[0][:, 1] != n_digits).any():
+        return f"addition_data was asked for {calls[0][:, 1].tolist()} digits, not n_digits = {n_digits}"
+    seeds = calls[0][:, 2].tolist()
+    if len(set(seeds)) < steps:
+        return f"the seeds given to addition_data repeat ({seeds}): every step needs problems of its own"
+    if len(calls[1]) == steps and torch.equal(calls[1][:, 2], calls[0][:, 2]):
+        return f"changing args.seed changed none of the seeds given to addition_data ({seeds})"
+    for key in ["losses"] + [k for k in expected if k.startswith("w.")]:
+        why = _compare_tensor(probe, got.get(key), expected[key], what=key)
+        if why is not None:
+            return why + " (trained on the same batches as the course's loop)"
+    return None
+
+
 def compare(probe: Probe, got, expected) -> str | None:
     """Why `got` is not the course's output (None when it is)."""
     import torch
 
     if probe.compare == "repeated_segments":
         return _compare_segments(got, expected)
+    if probe.compare == "addition_run":
+        return _compare_addition(probe, got, expected)
 
     if probe.output == "scalar":
         if not isinstance(got, torch.Tensor) or got.shape != () or got.dtype != torch.float64:

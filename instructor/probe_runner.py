@@ -271,6 +271,8 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
             raise ProbeError(f"{probe['target']} is not a function")
         script = probe.get("script")
         call = target if script is None else functools.partial(SCRIPTS[script], target)
+        if getattr(SCRIPTS.get(script), "wants_namespace", False):
+            call = functools.partial(call, namespace=namespace)
     with torch.no_grad():
         out = _call_watching(probe["target"], call, args, keywords, tuple(probe.get("forbidden_ops", ())))
     if probe.get("output") == "param_groups":
@@ -330,7 +332,60 @@ def trained_weights(train, model, train_windows, val_windows, args) -> dict:
     return {name: p.detach() for name, p in model.named_parameters()}
 
 
-SCRIPTS = {"kv_steps": kv_steps, "trained_weights": trained_weights}
+def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, namespace: dict) -> dict:
+    """The learner's addition loop run twice on copies of `model`: with `args`, then with `args.seed + 1`. While it
+    runs, the notebook's `addition_data` answers each call with the judge's next batch, whatever seed is asked for
+    (so any way of deriving seeds trains on the same problems), and records what was asked. Returns the first
+    run's trained weights ("w.<name>") and losses, and each run's calls as (n, n_digits, seed) rows ("calls.<run>")."""
+    import contextlib
+    import copy
+    import io
+
+    import torch
+
+    tokens, masks = batches["tokens"], batches["mask"]  # [steps batch seq] each
+    calls: list[list[int]] = []
+
+    def addition_data(n, n_digits, seed=0):
+        if not all(isinstance(x, int) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in (n, n_digits, seed)):
+            raise ProbeError("addition_data was called with arguments that are not integers")
+        calls.append([int(n), int(n_digits), int(seed)])
+        step = min(len(calls) - 1, len(tokens) - 1)
+        return tokens[step].clone(), masks[step].clone()
+
+    import inspect
+
+    # The name the loop looks up: in the notebook's namespace, and in its function's globals where they differ.
+    scopes = {id(namespace): namespace}
+    function_globals = getattr(inspect.unwrap(train_addition), "__globals__", None)
+    if isinstance(function_globals, dict):
+        scopes[id(function_globals)] = function_globals
+    originals = {key: scope.get("addition_data") for key, scope in scopes.items()}
+    first = copy.deepcopy(model)
+    second_args = copy.copy(args)
+    second_args.seed = args.seed + 1
+    out = {}
+    try:
+        for scope in scopes.values():
+            scope["addition_data"] = addition_data
+        for run, (net, run_args) in enumerate(((first, args), (model, second_args))):
+            calls.clear()
+            with torch.enable_grad(), contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
+                losses = train_addition(net, run_args, n_digits)
+            out[f"calls.{run}"] = torch.tensor(calls, dtype=torch.int64).reshape(-1, 3)
+            if run == 0:
+                if not isinstance(losses, (list, tuple)) or not all(isinstance(x, (int, float)) for x in losses):
+                    raise ProbeError("train_addition did not return a list of floats (the loss of every step)")
+                out["losses"] = torch.tensor([float(x) for x in losses], dtype=torch.float64)
+                out |= {f"w.{name}": p.detach().clone() for name, p in first.named_parameters()}
+    finally:
+        for key, scope in scopes.items():
+            scope["addition_data"] = originals[key]
+    return out
+
+
+addition_run.wants_namespace = True
+SCRIPTS = {"kv_steps": kv_steps, "trained_weights": trained_weights, "addition_run": addition_run}
 
 
 def param_group_decay(groups, model):

@@ -318,6 +318,44 @@ MISTAKES = [
         "batch)\n        optimizer.zero_grad()\n        loss.backward()\n",
         "differs from the course's train",
     ),
+    (  # the addition loop: the same problems at every step (judged on the seeds it asks addition_data for)
+        "06_training",
+        "test_train_addition",
+        "seed=args.seed + 1 + step)",
+        "seed=args.seed)",
+        "seeds given to addition_data repeat",
+    ),
+    (  # seeds that ignore args.seed
+        "06_training",
+        "test_train_addition",
+        "seed=args.seed + 1 + step)",
+        "seed=1000 + step)",
+        "changing args.seed changed none",
+    ),
+    (  # the plain loss: every position, not just the answer's digits
+        "06_training",
+        "test_train_addition",
+        "loss = masked_lm_loss(model(tokens), tokens, loss_mask)",
+        "loss = masked_lm_loss(model(tokens), tokens, torch.ones_like(loss_mask))",
+        "(trained on the same batches",
+    ),
+    (  # no clipping
+        "06_training",
+        "test_train_addition",
+        (
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n        optimizer.step()\n"
+            "        ### END SOLUTION\n        losses"
+        ),
+        "        optimizer.step()\n        ### END SOLUTION\n        losses",
+        "(trained on the same batches",
+    ),
+    (  # the batch size hard-coded
+        "06_training",
+        "test_train_addition",
+        "addition_data(args.batch_size, n_digits,",
+        "addition_data(64, n_digits,",
+        "not args.batch_size",
+    ),
     (  # the learning-rate schedule never applied
         "06_training",
         "test_train",
@@ -621,6 +659,22 @@ def test_every_newly_judged_test_has_a_mistake_case():
         "test_demo_transformer",
         "test_cross_entropy_loss",
     }
+
+
+def test_every_graded_test_is_judged_outside():
+    """No verdict is left to the learner's process alone: each graded test cell of every solution notebook has
+    the judge's probes."""
+    import json
+
+    from harness.course import SOLUTIONS_DIR
+
+    judged = judge.judged_tests()
+    for notebook in notebook_names():
+        cells = json.loads((SOLUTIONS_DIR / f"{notebook}.ipynb").read_text())["cells"]
+        graded = {
+            c["metadata"]["nbgrader"]["grade_id"] for c in cells if c["metadata"].get("nbgrader", {}).get("grade")
+        }
+        assert graded <= set(judged.get(notebook, ())), (notebook, sorted(graded - set(judged.get(notebook, ()))))
 
 
 @pytest.mark.parametrize("fill", ['float("-inf")', "-1e9", "-1e4"])
