@@ -31,6 +31,7 @@ from harness.gpt2_checks import cross_entropy_test, gelu_new_test, greedy_genera
 from harness.interp import load_induction_model, show_attention, to_hooked_transformer
 from harness.interp_checks import (
     cache_activations_test,
+    composition_test,
     head_detector_test,
     induction_score_test,
     logit_attribution_test,
@@ -75,6 +76,7 @@ __all__ = [
     "cached_generate_test",
     "causal_mask_test",
     "components",
+    "composition_test",
     "cross_entropy_test",
     "decoder_layer_test",
     "encoder_decoder_test",

@@ -20,6 +20,7 @@ from harness.config import Config
 
 __all__ = [
     "cache_activations_test",
+    "composition_test",
     "head_detector_test",
     "induction_score_test",
     "logit_attribution_test",
@@ -926,6 +927,77 @@ def patching_test(patch_resid_pre) -> None:
     print(
         f"{name} passed: matches TransformerLens's get_act_patch_resid_pre for two metrics, every layer and position."
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Composition scores
+
+
+def _composition(left: Tensor, right: Tensor) -> Tensor:
+    """[i, j]: ||left[i] @ right[j]||_F / (||left[i]||_F ||right[j]||_F), for stacks of [d_model d_model] matrices."""
+    product = torch.einsum("iab,jbc->ijac", left, right).flatten(-2).norm(dim=-1)
+    return product / left.flatten(-2).norm(dim=-1)[:, None] / right.flatten(-2).norm(dim=-1)[None, :]
+
+
+def _spectral_composition(left: Tensor, right: Tensor) -> Tensor:
+    norm = torch.linalg.matrix_norm
+    product = left[:, None] @ right[None]
+    return norm(product, ord=2) / norm(left, ord=2)[:, None] / norm(right, ord=2)[None, :]
+
+
+def composition_test(k_composition_scores) -> None:
+    """Checks `k_composition_scores(model, earlier, later) -> [n_heads n_heads]` against TransformerLens's
+    `all_composition_scores("K")`, on a random 3-layer model, for every pair of layers."""
+    name = _name(k_composition_scores, "k_composition_scores")
+    hooked = _hooked_gpt2()
+    with torch.no_grad():
+        reference = hooked.all_composition_scores("K")  # [n_layers n_heads n_layers n_heads]
+        W_OV = hooked.W_V @ hooked.W_O  # [n_layers n_heads d_model d_model]
+        W_QK = hooked.W_Q @ hooked.W_K.transpose(-1, -2)
+    for earlier, later in ((0, 1), (0, 2), (1, 2)):
+        call_text = f"{name}(model, earlier={earlier}, later={later})"
+        with torch.no_grad():
+            got = as_tensor_output(call(k_composition_scores, hooked, earlier, later, what=call_text), name)
+        expected = reference[earlier, :, later, :]
+        n = hooked.cfg.n_heads
+        if tuple(got.shape) != (n, n):
+            fail(f"{call_text} returned shape {list(got.shape)}, expected [n_heads, n_heads] = {[n, n]}.")
+        got = got.detach().float()
+        if _close(got, expected, atol=1e-5):
+            continue
+        variants = {
+            "is Q-composition: the earlier head's output read by the later head's queries (W_OV @ W_QK). "
+            "K-composition is about the keys: W_OV @ W_QK.T, with W_QK = W_Q @ W_K.T": _composition(
+                W_OV[earlier], W_QK[later]
+            ),
+            "is V-composition: the earlier head's output read by the later head's values (W_OV @ W_OV of the "
+            "later head). K-composition reads it through the keys: W_OV @ W_QK.T": _composition(
+                W_OV[earlier], W_OV[later]
+            ),
+            "has rows and columns swapped: rows are the earlier layer's heads, columns the later layer's": expected.T,
+            "is not normalised: divide ||W_OV @ W_QK.T||_F by ||W_OV||_F and ||W_QK||_F, so that it does not "
+            "depend on the weights' scale": torch.einsum("iab,jbc->ijac", W_OV[earlier], W_QK[later].transpose(-1, -2))
+            .flatten(-2)
+            .norm(dim=-1),
+            "uses W_OV transposed (W_O.T @ W_V.T): the head's output map is W_V @ W_O, applied as x @ W_V @ W_O "
+            "(values first, then the output projection)": _composition(
+                hooked.W_O[earlier].transpose(-1, -2) @ hooked.W_V[earlier].transpose(-1, -2),
+                W_QK[later].transpose(-1, -2),
+            ),
+            "uses spectral norms (the largest singular value); the score divides Frobenius norms, "
+            "`norm(dim=(-2, -1))`": _spectral_composition(W_OV[earlier], W_QK[later].transpose(-1, -2)),
+            "takes the earlier head from layer `later` and the later head from layer `earlier`": _composition(
+                W_OV[later], W_QK[earlier].transpose(-1, -2)
+            ),
+        }
+        for label, variant in variants.items():
+            if _close(got, variant.float(), atol=1e-5):
+                fail(f"{call_text} {label}.")
+        fail(
+            f"{call_text} differs from TransformerLens's all_composition_scores('K')[earlier, :, later, :]: "
+            f"{mismatch_summary(got, expected, 1e-5, 1e-4, names=('earlier head', 'later head'))}."
+        )
+    print(f"{name} passed: matches TransformerLens's K-composition scores for every pair of layers.")
 
 
 def _silence(fn):

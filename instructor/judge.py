@@ -159,6 +159,10 @@ _CACHE_ANSWERS = tuple(  # ActivationCache's own logit lens and direct logit att
 TL_EXERCISES = {
     ("08_interpretability", "mean_ablate_heads"): ("py:transformer_lens/patching.py",),
     ("08_interpretability", "patch_resid_pre"): ("py:transformer_lens/patching.py",),
+    ("08_interpretability", "k_composition_scores"): (
+        "py:transformer_lens/HookedTransformer.py:all_composition_scores",
+        "py:transformer_lens/utilities/matrix.py:composition_scores",
+    ),
     ("08_interpretability", "logit_lens"): _CACHE_ANSWERS,
     ("08_interpretability", "logit_attribution"): _CACHE_ANSWERS,
 }
@@ -427,6 +431,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             *TOKENS,
             ("run_cache", (0, TOKENS[0])),
             ("logit_diff", None),
+        ),
+        _fn(  # the weights of the judge's model; TransformerLens's own composition scores refused
+            "test_k_composition_scores",
+            "k_composition_scores",
+            ("hooked_course", ("08_interpretability", "DemoTransformer")),
+            ("int", (0, 0)),
+            ("int", (1, 1)),
         ),
         _fn(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it
             "test_logit_lens",

@@ -498,6 +498,13 @@ MISTAKES = [
     ),
     (
         "08_interpretability",
+        "test_k_composition_scores",
+        "product = W_OV[:, None] @ W_QK.transpose(-1, -2)[None]",
+        "product = W_OV[:, None] @ W_QK[None]",
+        "differs from the course's k_composition_scores",
+    ),
+    (
+        "08_interpretability",
         "test_patch_resid_pre",
         "resid[:, pos] = clean_cache[name][:, pos]",
         "resid[:, pos] = clean_cache[name][:, pos - 1]",
@@ -807,6 +814,15 @@ FUNCTION_CASES = [
             "    return (scaled * model.W_U.T[tokens[:, 1:]]).sum(-1)\n"
         ),
         "apply_ln_to_stack",
+    ),
+    (  # and its own composition scores
+        "08_interpretability",
+        "test_k_composition_scores",
+        (
+            "def k_composition_scores(model, earlier, later):\n"
+            "    return model.all_composition_scores('K')[earlier, :, later, :]\n"
+        ),
+        "all_composition_scores",
     ),
     (  # and its own activation patching
         "08_interpretability",

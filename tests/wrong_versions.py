@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import math
 import os
@@ -1560,6 +1561,39 @@ add(T, "patches a copy", patch_with("copy"), "no patch took effect")
 add(T, "hooks left on the model", patch_with("add_hook"), "left")
 add(T, "[pos, n_layers]", patch_with("transposed"), "layer first")
 add(T, "always the last position (late binding)", patch_with("late_binding"), "loop variable")
+
+
+def composition_with(kind):
+    def fn(model, earlier, later):
+        W_OV = model.W_V[earlier] @ model.W_O[earlier]
+        W_QK = model.W_Q[later] @ model.W_K[later].transpose(-1, -2)
+        right = {"q": W_QK, "v": model.W_V[later] @ model.W_O[later]}.get(kind, W_QK.transpose(-1, -2))
+        if kind == "ov_transposed":
+            W_OV = W_OV.transpose(-1, -2)
+        if kind == "layers_swapped":
+            W_OV = model.W_V[later] @ model.W_O[later]
+            right = (model.W_Q[earlier] @ model.W_K[earlier].transpose(-1, -2)).transpose(-1, -2)
+        product = W_OV[:, None] @ right[None]
+        if kind == "spectral":
+            norm = functools.partial(torch.linalg.matrix_norm, ord=2)
+            return norm(product) / (norm(W_OV)[:, None] * norm(right)[None, :])
+        scores = product.norm(dim=(-2, -1))
+        if kind != "unnormalised":
+            scores = scores / (W_OV.norm(dim=(-2, -1))[:, None] * right.norm(dim=(-2, -1))[None, :])
+        return scores.T if kind == "transposed" else scores
+
+    return lambda: harness.composition_test(fn)
+
+
+T = "composition_test"
+add(T, "", lambda: harness.composition_test(c08.k_composition_scores))
+add(T, "Q-composition", composition_with("q"), "q-composition")
+add(T, "V-composition", composition_with("v"), "v-composition")
+add(T, "rows and columns swapped", composition_with("transposed"), "rows and columns swapped")
+add(T, "not normalised", composition_with("unnormalised"), "not normalised")
+add(T, "W_OV transposed", composition_with("ov_transposed"), "w_ov transposed")
+add(T, "layers swapped", composition_with("layers_swapped"), "from layer `later`")
+add(T, "spectral norms", composition_with("spectral"), "spectral norms")
 
 
 def lens_with(kind):
