@@ -337,7 +337,15 @@ def min_p_test(min_p_filter) -> None:
     # and no row is so sure that min_p itself is the threshold; a min_p high
     # enough that only the top token survives, where min_tokens_to_keep is what keeps more.
     spread = _logits(11, batch=4, d_vocab=40) * torch.tensor([[0.3], [0.6], [1.0], [1.4]])
-    cases = [(spread, 0.1, 1), (_logits(12, scale=2.0), 0.3, 1), (_logits(13, scale=4.0), 0.9, 3)]
+    # min_p = 1 keeps exactly the tokens tied for the top: "below the threshold" is strict (the tie is the point).
+    tied_top = torch.tensor([[2.0, 0.5, 2.0, -1.0, 1.0, 2.0], [0.0, 3.0, 1.0, 3.0, -2.0, 0.5]])
+    cases = [
+        (spread, 0.1, 1),
+        (_logits(12, scale=2.0), 0.3, 1),
+        (_logits(13, scale=4.0), 0.9, 5),  # more to keep than rows in the batch
+        (tied_top, 1.0, 1),
+        (_logits(15, batch=2, d_vocab=6, scale=4.0), 0.9, 10),  # more to keep than the vocabulary holds: all of it
+    ]
     for logits, min_p, keep in cases:
         out = _run_filter(min_p_filter, name, logits, min_p, keep)
         expected = MinPLogitsWarper(min_p=min_p, filter_value=NEG_INF, min_tokens_to_keep=keep)(None, logits.clone())
@@ -367,6 +375,12 @@ def min_p_test(min_p_filter) -> None:
                 f"{name} {where}: it removes the tokens above the threshold and keeps those below: the comparison is "
                 "reversed (remove a token when its probability is below min_p times the top one)."
             )
+        at_most = probs <= min_p * probs.amax(-1, keepdim=True)
+        if _same_filter(out, logits.masked_fill(at_most.scatter(-1, likeliest, False), NEG_INF)):
+            fail(
+                f"{name} {where}: it also removes the tokens whose probability equals the threshold; remove only "
+                "those strictly below it (with min_p = 1 every token tied for the top stays)."
+            )
         first_ids = probs < min_p * probs.amax(-1, keepdim=True)
         first_ids[:, :keep] = False
         if _same_filter(out, logits.masked_fill(first_ids, NEG_INF)):
@@ -387,6 +401,8 @@ def repetition_penalty_test(apply_repetition_penalty) -> None:
 
     name = _name(apply_repetition_penalty, "apply_repetition_penalty")
     logits = _logits(14, batch=3, d_vocab=10)  # about half of the seen tokens' logits are negative
+    # and some seen tokens' logits between 0 and 1, where dividing and multiplying still differ
+    logits[0, 1], logits[1, 2], logits[2, 5] = 0.4, 0.8, 0.05
     tokens = torch.tensor([[1, 1, 1, 4, 9, 4], [0, 2, 2, 2, 2, 7], [5, 6, 5, 6, 5, 3]])
     for penalty in (1.3, 2.0, 0.8):
         given_tokens, given_logits = tokens.clone(), logits.clone()

@@ -1148,6 +1148,8 @@ def min_p_with(kind):
             return logits.masked_fill(remove, float("-inf"))
         elif kind == "keeps_below":  # the comparison reversed
             remove = probs > min_p * top
+        elif kind == "at_most":  # a token at the threshold removed too
+            remove = probs <= min_p * top
         keep = probs.topk(min(min_tokens_to_keep, logits.shape[-1]), dim=-1).indices
         return logits.masked_fill(remove.scatter(-1, keep, False), float("-inf"))
 
@@ -1162,6 +1164,7 @@ add(T, "the batch's top probability", min_p_with("batch_top"), "whole batch", "o
 add(T, "ignores min_tokens_to_keep", min_p_with("no_min"), "min_tokens_to_keep")
 add(T, "keeps the first k ids, not the k likeliest", min_p_with("first_k"), "first 1 token ids", "likeliest")
 add(T, "comparison reversed", min_p_with("keeps_below"), "reversed")
+add(T, "removes a token at the threshold (<=)", min_p_with("at_most"), "strictly below")
 
 
 def repetition_with(kind):
