@@ -38,6 +38,7 @@ from harness.interp_checks import (
     logit_lens_test,
     mean_ablation_test,
     patching_test,
+    pattern_test,
     repeated_segments_test,
 )
 from harness.kv_cache_checks import cached_generate_test, kv_cache_test
@@ -109,6 +110,7 @@ __all__ = [
     "multi_head_attention_test",
     "param_count_test",
     "patching_test",
+    "pattern_test",
     "project_heads_test",
     "rand_float_test",
     "rand_int_test",

@@ -27,6 +27,7 @@ __all__ = [
     "logit_lens_test",
     "mean_ablation_test",
     "patching_test",
+    "pattern_test",
     "repeated_segments_test",
 ]
 
@@ -144,20 +145,73 @@ def _attention_variants(cache, layer: int) -> dict[str, Tensor]:
     }
 
 
-def _diagnose_pattern(got: Tensor, cache, layer: int, name: str, key: str) -> str:
+def _diagnose_pattern(got: Tensor, cache, layer: int, name: str, key: str, verb: str = "stored") -> str:
     for label, variant in _attention_variants(cache, layer).items():
         if _close(got, variant):
-            return f"{name} stored `{key}` as {label}"
-    if tuple(got.shape) == tuple(cache[key].shape):
+            return f"{name} stored `{key}` as {label}" if verb == "stored" else f"{name} {verb} {label}"
+    expected = cache[f"blocks.{layer}.attn.hook_pattern"]
+    subject = f"{name}'s `{key}`" if verb == "stored" else f"{name}'s pattern"
+    if tuple(got.shape) == tuple(expected.shape):
         sums = got.sum(-1)
         if not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
             return (
-                f"{name}'s `{key}` rows do not sum to 1 (row sums range {sums.min().item():.3g} to "
-                f"{sums.max().item():.3g}): store the pattern after the softmax over keys"
+                f"{subject} rows do not sum to 1 (row sums range {sums.min().item():.3g} to "
+                f"{sums.max().item():.3g}): take the pattern after the softmax over keys"
             )
         if got.triu(1).abs().max() > 1e-6:
-            return f"{name}'s `{key}` has weight on future keys: apply the causal mask before the softmax"
+            return f"{subject} has weight on future keys: apply the causal mask before the softmax"
     return ""
+
+
+def pattern_test(recompute_pattern) -> None:
+    """Checks `recompute_pattern(attn, normalized_resid_pre) -> [batch n_heads query key]` against TransformerLens's
+    `hook_pattern`, for every layer of a GPT-2-shaped and an attention-only model with random weights."""
+    name = _name(recompute_pattern, "recompute_pattern")
+    for model, hooked in ((_course_models()[0], _hooked_gpt2()), (_course_models()[1], _hooked_attn_only())):
+        tokens = _tokens(6, batch=2, pos=9)
+        _, cache = _run_with_cache(hooked, tokens)
+        for layer, block in enumerate(model.blocks):
+            with torch.no_grad():  # what the attention module receives: ln1 of the residual stream
+                x = block.ln1(cache[f"blocks.{layer}.hook_resid_pre"])
+            given = x.clone()
+            call_text = f"{name}(model.blocks[{layer}].attn, normalized_resid_pre)"
+            with torch.no_grad():
+                got = as_tensor_output(call(recompute_pattern, block.attn, given, what=call_text), name)
+            if not torch.equal(given, x):
+                fail(f"{name} modified its input in place.")
+            expected = cache[f"blocks.{layer}.attn.hook_pattern"]
+            if _close(got, expected):
+                continue
+            if tuple(got.shape) != tuple(expected.shape):
+                fail(
+                    f"{call_text} returned shape {list(got.shape)}, expected [batch, n_heads, query, key] = "
+                    f"{list(expected.shape)}."
+                )
+            attn = block.attn
+            unbiased_q = torch.einsum("bpm,nmh->bnph", x, attn.W_Q)
+            unbiased_k = torch.einsum("bpm,nmh->bnph", x, attn.W_K)
+            n = x.shape[1]
+            future = torch.ones(n, n, dtype=torch.bool).triu(1)
+            no_bias = (unbiased_q @ unbiased_k.transpose(-1, -2) / attn.cfg.d_head**0.5).masked_fill(future, -1e5)
+            if _close(got, no_bias.softmax(-1)):
+                fail(f"{call_text} leaves out the biases b_Q and b_K: queries and keys are x @ W + b.")
+            q = unbiased_q + attn.b_Q[:, None]
+            k = unbiased_k + attn.b_K[:, None]
+            scores = (q @ k.transpose(-1, -2) / attn.cfg.d_head**0.5).masked_fill(future, -1e5)
+            raw = (q @ k.transpose(-1, -2)).masked_fill(future, -1e5)
+            if _close(got, (raw / attn.cfg.d_model**0.5).softmax(-1)):
+                fail(f"{call_text} divides the scores by sqrt(d_model); the scale is sqrt(d_head), a head's width.")
+            if _close(got, scores.softmax(dim=-2)):
+                fail(
+                    f"{call_text} takes the softmax over the queries (dim -2); each query's weights over the keys sum to 1."
+                )
+            message = _diagnose_pattern(got, cache, layer, name, "the pattern", verb="returned")
+            if message:
+                fail(message + ".")
+            fail(
+                f"{call_text} differs from TransformerLens's hook_pattern: {mismatch_summary(got, expected, 1e-4, 1e-4)}."
+            )
+    print(f"{name} passed: matches TransformerLens's hook_pattern at every layer of two models.")
 
 
 def cache_activations_test(cache_activations) -> None:

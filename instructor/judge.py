@@ -378,6 +378,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         ),
     ),
     "08_interpretability": (
+        _fn("test_recompute_pattern", "recompute_pattern", ("module", "Attention"), *BATCH_POS_MODEL),
         # Random by design: judged by the rules every draw must follow, not against the course's draw. The first
         # probe is large with a small vocabulary, so that every id and every period shows up in a right draw (a
         # range off by one is seen); the second has a large vocabulary (a hard-coded one is seen).

@@ -498,6 +498,13 @@ MISTAKES = [
     ),
     (
         "08_interpretability",
+        "test_recompute_pattern",
+        "scores = q @ k.transpose(-1, -2) / math.sqrt(attn.cfg.d_head)  # [batch n_heads query key]",
+        "scores = q @ k.transpose(-1, -2) / math.sqrt(attn.cfg.d_model)  # [batch n_heads query key]",
+        "differs from the course's recompute_pattern",
+    ),
+    (
+        "08_interpretability",
         "test_k_composition_scores",
         "product = W_OV[:, None] @ W_QK.transpose(-1, -2)[None]",
         "product = W_OV[:, None] @ W_QK[None]",

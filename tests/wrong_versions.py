@@ -1510,6 +1510,37 @@ add(T, "every head ablated", ablate_with("all_heads"), "every head", "other head
 add(T, "ablates the values (hook_v)", ablate_with("wrong_hook"), "hook_v", "hook_z", "the values")
 
 
+def pattern_with(kind):
+    def fn(attn, x):
+        q = einops.einsum(x, attn.W_Q, "b p m, n m h -> b n p h")
+        k = einops.einsum(x, attn.W_K, "b p m, n m h -> b n p h")
+        if kind != "no_bias":
+            q, k = q + attn.b_Q[:, None], k + attn.b_K[:, None]
+        scores = q @ k.transpose(-1, -2)
+        if kind != "unscaled":
+            scores = scores / math.sqrt(attn.cfg.d_model if kind == "d_model" else attn.cfg.d_head)
+        if kind != "no_mask":
+            scores = attn.apply_causal_mask(scores)
+        if kind == "scores":
+            return scores
+        pattern = scores.softmax(dim=-2 if kind == "over_queries" else -1)
+        return {"transposed": pattern.transpose(-1, -2), "layout": pattern.transpose(1, 2)}.get(kind, pattern)
+
+    return lambda: harness.pattern_test(fn)
+
+
+T = "pattern_test"
+add(T, "", lambda: harness.pattern_test(c08.recompute_pattern))
+add(T, "no biases", pattern_with("no_bias"), "biases")
+add(T, "not scaled", pattern_with("unscaled"), "not divided by sqrt(d_head)")
+add(T, "scaled by sqrt(d_model)", pattern_with("d_model"), "sqrt(d_model)")
+add(T, "no causal mask", pattern_with("no_mask"), "no causal mask")
+add(T, "the scores, no softmax", pattern_with("scores"), "before the softmax")
+add(T, "softmax over the queries", pattern_with("over_queries"), "over the queries")
+add(T, "query and key swapped", pattern_with("transposed"), "swapped")
+add(T, "[batch pos n_heads pos]", pattern_with("layout"), "returned shape")
+
+
 def patch_with(kind):
     def fn(model, corrupted_tokens, clean_cache, metric):
         n_layers, n_pos = model.cfg.n_layers, corrupted_tokens.shape[1]
