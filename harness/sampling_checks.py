@@ -25,6 +25,7 @@ __all__ = [
     "frequency_penalty_test",
     "generate_test",
     "min_p_test",
+    "ngram_ban_test",
     "repetition_penalty_test",
     "sample_next_token_test",
     "temperature_test",
@@ -461,6 +462,66 @@ def repetition_penalty_test(apply_repetition_penalty) -> None:
             f"became {out[r, t].item():+.4g}, expected {expected[r, t].item():+.4g}."
         )
     print(f"{name} passed: matches transformers' RepetitionPenaltyLogitsProcessor (CTRL), negative logits included.")
+
+
+def _ngram_oracle(log_probs: Tensor, sequences: Tensor, n: int) -> Tensor:
+    from transformers import NoRepeatNGramLogitsProcessor
+
+    return NoRepeatNGramLogitsProcessor(n)(sequences, log_probs.clone())
+
+
+def _ngram_without_last_window(log_probs: Tensor, sequences: Tensor, n: int) -> Tensor:
+    banned = log_probs.clone()
+    for row, seq in enumerate(sequences.tolist()):
+        prefix = seq[len(seq) - n + 1 :]
+        for start in range(len(seq) - n):
+            if seq[start : start + n - 1] == prefix:
+                banned[row, seq[start + n - 1]] = NEG_INF
+    return banned
+
+
+def ngram_ban_test(ban_repeated_ngrams) -> None:
+    """Checks `ban_repeated_ngrams(log_probs [n_live d_vocab], sequences [n_live pos], n)` against transformers'
+    `NoRepeatNGramLogitsProcessor`: -inf on every token that would complete an n-gram already in its row."""
+    name = _name(ban_repeated_ngrams, "ban_repeated_ngrams")
+    log_probs = _logits(16, batch=3, d_vocab=9).log_softmax(-1)
+    sequences = torch.tensor(  # rows that repeat bigrams and trigrams, each its own way
+        [[1, 2, 3, 1, 2, 4, 1, 2], [5, 5, 7, 6, 5, 7, 6, 6], [0, 3, 8, 0, 3, 8, 2, 0]]
+    )  # row 1 ends "6 6": with n = 2 the window just before the end is the only one that bans 6
+    cases = [(sequences, 2), (sequences, 3), (sequences, 1), (sequences[:, :2], 3), (sequences[:, :5], 4)]
+    for seqs, n in cases:
+        given, given_lp = seqs.clone(), log_probs.clone()
+        out = as_tensor_output(
+            call(ban_repeated_ngrams, given_lp, given, n, what=f"{name}(log_probs, sequences, {n})"), name
+        )
+        if not torch.equal(given, seqs) or not torch.equal(given_lp, log_probs):
+            fail(f"{name} modified its input in place (`log_probs` or `sequences`): return a new tensor.")
+        if tuple(out.shape) != tuple(log_probs.shape):
+            fail(f"{name} returned shape {list(out.shape)}, expected {list(log_probs.shape)} (that of `log_probs`).")
+        expected = _ngram_oracle(log_probs, seqs, n)
+        if _same_filter(out, expected):
+            continue
+        where = f"with n={n} on sequences {seqs.tolist()}"
+        if torch.equal(out <= -1e4, torch.isneginf(expected)) and not torch.isneginf(out).any():
+            fail(f"{name} {where}: a banned token's log-probability must be -inf, not {out.min().item():g}.")
+        if seqs.shape[1] < n and torch.isneginf(out).any():
+            fail(f"{name} {where}: a sequence shorter than n holds no n-gram yet, so nothing may be banned.")
+        for other in (n - 1, n + 1):
+            if other >= 1 and _same_filter(out, _ngram_oracle(log_probs, seqs, other)):
+                fail(
+                    f"{name} {where}: it bans the tokens that would repeat {other}-grams, not {n}-grams: "
+                    f"the last {n - 1} tokens are the prefix to look for, and the token after each earlier "
+                    "occurrence is the one banned."
+                )
+        if _same_filter(out, _ngram_without_last_window(log_probs, seqs, n)):
+            fail(
+                f"{name} {where}: it never compares the last window that has a token after it (the one ending just "
+                "before the final token): let the start run up to len(seq) - n, inclusive."
+            )
+        if _same_filter(out, _ngram_oracle(log_probs, seqs[:1].expand_as(seqs), n)):
+            fail(f"{name} {where}: every row uses row 0's tokens; each row bans by its own sequence.")
+        fail(f"{name} {where}: {_filter_evidence(out, expected, log_probs)}.")
+    print(f"{name} passed: matches transformers' NoRepeatNGramLogitsProcessor for n = 1 to 4, short rows included.")
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -309,6 +309,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("few_tokens", ("batch", "n_ctx")),
             ("real", (0.1, 2.0)),
         ),
+        *(  # rows of a few distinct tokens, so that n-grams repeat; n from 1 to 3
+            _fn(
+                "test_ban_repeated_ngrams",
+                "ban_repeated_ngrams",
+                LOGITS,
+                ("few_tokens", ("batch", "n_ctx")),
+                ("int", (n, n)),
+                compare="filter",
+            )
+            for n in (1, 2, 3)
+        ),
         _fn("test_min_p_filter", "min_p_filter", LOGITS, ("real", (0.02, 0.5)), compare="filter"),
         _fn("test_min_p_filter", "min_p_filter", LOGITS, ("real", (0.5, 0.95)), ("int", (2, 6)), compare="filter"),
         _fn(

@@ -519,6 +519,13 @@ MISTAKES = [
     ),
     (
         "07_sampling_and_kv_cache",
+        "test_ban_repeated_ngrams",
+        "for start in range(len(seq) - n + 1):",
+        "for start in range(len(seq) - n):",
+        "differs from the course's ban_repeated_ngrams",
+    ),
+    (
+        "07_sampling_and_kv_cache",
         "test_min_p_filter",
         "remove = probs < threshold",
         "remove = probs < min_p",

@@ -1130,6 +1130,33 @@ add(
 )
 
 
+def ngram_with(kind):
+    def fn(log_probs, sequences, n):
+        banned = log_probs if kind == "in_place" else log_probs.clone()
+        size = {"n_plus": n + 1, "n_minus": max(n - 1, 1)}.get(kind, n)
+        for row, seq in enumerate(sequences.tolist()):
+            if kind == "row0":
+                seq = sequences[0].tolist()
+            prefix = seq[len(seq) - size + 1 :]
+            stop = len(seq) - size + (0 if kind == "last_window_missed" else 1)
+            for start in range(stop):
+                if seq[start : start + size - 1] == prefix:
+                    banned[row, seq[start + size - 1]] = -1e9 if kind == "finite" else float("-inf")
+        return banned
+
+    return lambda: harness.ngram_ban_test(fn)
+
+
+T = "ngram_ban_test"
+add(T, "", lambda: harness.ngram_ban_test(c07.ban_repeated_ngrams))
+add(T, "bans (n+1)-grams", ngram_with("n_plus"), "3-grams, not 2-grams")
+add(T, "bans (n-1)-grams", ngram_with("n_minus"), "1-grams, not 2-grams")
+add(T, "row 0's tokens for every row", ngram_with("row0"), "row 0's tokens")
+add(T, "in place", ngram_with("in_place"), "in place")
+add(T, "-1e9, not -inf", ngram_with("finite"), "must be -inf")
+add(T, "the last window never compared", ngram_with("last_window_missed"), "last window")
+
+
 def min_p_with(kind):
     def fn(logits, min_p, min_tokens_to_keep=1):
         probs = logits.softmax(-1)
