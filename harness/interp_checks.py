@@ -99,6 +99,17 @@ def _run_with_cache(hooked, tokens):
         return hooked.run_with_cache(tokens)
 
 
+def _no_hook_points_left(hooked, name: str, consequence: str) -> None:
+    """Fails (after clearing them, for the next call) if the learner's function left TransformerLens hooks."""
+    left = [hp for hp in hooked.hook_dict.values() if hp.fwd_hooks or hp.bwd_hooks]
+    if left:
+        hooked.reset_hooks(including_permanent=True)
+        fail(
+            f"{name} left {len(left)} hook(s) on the model (e.g. on {left[0].name}): {consequence}. run_with_hooks "
+            "removes its hooks itself; add_hook needs reset_hooks() afterwards."
+        )
+
+
 def _hooks_left(model: torch.nn.Module) -> list[str]:
     left = []
     for name, module in model.named_modules():
@@ -599,13 +610,7 @@ def mean_ablation_test(mean_ablate_heads) -> None:
         call_text = f"{name}(model, tokens, layer={layer}, heads={heads})"
         with torch.no_grad():
             out = call(mean_ablate_heads, hooked, tokens, layer, list(heads), what=call_text)
-        left = [hp for hp in hooked.hook_dict.values() if hp.fwd_hooks or hp.bwd_hooks]
-        if left:
-            hooked.reset_hooks(including_permanent=True)
-            fail(
-                f"{name} left {len(left)} hook(s) on the model (e.g. on {left[0].name}): later calls would still be "
-                "ablated. run_with_hooks removes its hooks itself; add_hook needs reset_hooks() afterwards."
-            )
+        _no_hook_points_left(hooked, name, "later calls would still be ablated")
         changed = [k for k, v in hooked.state_dict().items() if not torch.equal(v, params[k])]
         if changed:
             hooked.load_state_dict(params)
@@ -900,13 +905,7 @@ def patching_test(patch_resid_pre) -> None:
         given = corrupted.clone()
         with torch.no_grad():
             out = call(patch_resid_pre, hooked, given, clean_cache, metric, what=call_text)
-        left = [hp for hp in hooked.hook_dict.values() if hp.fwd_hooks or hp.bwd_hooks]
-        if left:
-            hooked.reset_hooks(including_permanent=True)
-            fail(
-                f"{name} left {len(left)} hook(s) on the model (e.g. on {left[0].name}): every later run would still "
-                "be patched. run_with_hooks removes its hooks itself; add_hook needs reset_hooks() afterwards."
-            )
+        _no_hook_points_left(hooked, name, "every later run would still be patched")
         if not torch.equal(given, corrupted):
             fail(f"{name} modified `corrupted_tokens` in place.")
         changed = [k for k, v in hooked.state_dict().items() if not torch.equal(v, params[k])]

@@ -122,7 +122,9 @@ def _kv_cache_case(KVCacheTransformer, cfg: Config, name: str) -> None:
                 )
             if not torch.allclose(logits, full[:, :4], atol=1e-4, rtol=1e-4):
                 summary = mismatch_summary(logits, full[:, :4], 1e-4, 1e-4, ("batch row", "position", "logit"))
-                fail(f"{name} with an empty cache (the prompt) differs from DemoTransformer on the same tokens: {summary}.")
+                fail(
+                    f"{name} with an empty cache (the prompt) differs from DemoTransformer on the same tokens: {summary}."
+                )
             _check_layout(kvs, 2, 4, cfg, f"{name}(prompt of 4 tokens)")
             for layer, ((k, v), (tk, tv)) in enumerate(zip(kvs, _tl_cache(course, cfg, tokens[:, :4]))):
                 if not (torch.allclose(k, tk, atol=1e-4) and torch.allclose(v, tv, atol=1e-4)):

@@ -270,24 +270,31 @@ def _counts(tokens: Tensor, d_vocab: int) -> Tensor:
     return torch.zeros(tokens.shape[0], d_vocab).scatter_add(1, tokens, torch.ones(tokens.shape, dtype=torch.float32))
 
 
+def _run_penalty(fn, name: str, logits: Tensor, tokens: Tensor, penalty: float, fix: str) -> Tensor:
+    """`fn(logits, tokens, penalty)` on copies, which it may not change: the sampler reuses the logits it passed."""
+    given_tokens, given_logits = tokens.clone(), logits.clone()
+    out = as_tensor_output(call(fn, given_logits, given_tokens, penalty, what=f"{name}(logits, tokens, p)"), name)
+    if not torch.equal(given_tokens, tokens):
+        fail(f"{name} modified `tokens` in place.")
+    if not torch.equal(given_logits, logits):
+        fail(f"{name} modified `logits` in place{fix}")
+    return out
+
+
 def frequency_penalty_test(apply_frequency_penalty) -> None:
     """Checks `apply_frequency_penalty(logits [batch d_vocab], tokens [batch pos], penalty)`."""
     name = _name(apply_frequency_penalty, "apply_frequency_penalty")
     logits = _logits(8, batch=3, d_vocab=10)
     tokens = torch.tensor([[1, 1, 1, 4, 9, 4], [0, 2, 2, 2, 2, 7], [5, 6, 5, 6, 5, 3]])
     for penalty in (0.5, 1.5):
-        given_tokens, given_logits = tokens.clone(), logits.clone()
-        out = as_tensor_output(
-            call(apply_frequency_penalty, given_logits, given_tokens, penalty, what=f"{name}(logits, tokens, p)"),
+        out = _run_penalty(
+            apply_frequency_penalty,
             name,
+            logits,
+            tokens,
+            penalty,
+            "(e.g. scatter_add_ or -= on logits): return a new tensor, logits - penalty * counts.",
         )
-        if not torch.equal(given_tokens, tokens):
-            fail(f"{name} modified `tokens` in place.")
-        if not torch.equal(given_logits, logits):  # the sampler may reuse the logits it passed (e.g. for top-k)
-            fail(
-                f"{name} modified `logits` in place (e.g. scatter_add_ or -= on logits): return a new tensor, "
-                "logits - penalty * counts."
-            )
         counts = _counts(tokens, logits.shape[-1])
         expected = logits - penalty * counts
         if tuple(out.shape) == tuple(logits.shape) and torch.allclose(out, expected, atol=1e-5):
@@ -406,15 +413,7 @@ def repetition_penalty_test(apply_repetition_penalty) -> None:
     logits[0, 1], logits[1, 2], logits[2, 5] = 0.4, 0.8, 0.05
     tokens = torch.tensor([[1, 1, 1, 4, 9, 4], [0, 2, 2, 2, 2, 7], [5, 6, 5, 6, 5, 3]])
     for penalty in (1.3, 2.0, 0.8):
-        given_tokens, given_logits = tokens.clone(), logits.clone()
-        out = as_tensor_output(
-            call(apply_repetition_penalty, given_logits, given_tokens, penalty, what=f"{name}(logits, tokens, p)"),
-            name,
-        )
-        if not torch.equal(given_tokens, tokens):
-            fail(f"{name} modified `tokens` in place.")
-        if not torch.equal(given_logits, logits):
-            fail(f"{name} modified `logits` in place: return a new tensor.")
+        out = _run_penalty(apply_repetition_penalty, name, logits, tokens, penalty, ": return a new tensor.")
         if tuple(out.shape) != tuple(logits.shape):
             fail(f"{name} returned shape {list(out.shape)}, expected {list(logits.shape)}.")
         expected = RepetitionPenaltyLogitsProcessor(penalty=penalty)(tokens, logits.clone())
