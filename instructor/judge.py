@@ -76,7 +76,7 @@ class Probe:
     """One of a graded test's probes: `target` (a class built from a config, or a function) run on `args`.
 
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "tokens",
-    "softmax", "logits", "mask", "padding", "few_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
+    "softmax", "logits", "mask", "padding", "few_tokens", "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields) and "table_lm"
@@ -309,12 +309,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("few_tokens", ("batch", "n_ctx")),
             ("real", (0.1, 2.0)),
         ),
-        *(  # rows of a few distinct tokens, so that n-grams repeat; n from 1 to 3
+        *(  # rows of a few distinct tokens, so that n-grams repeat, three of them built so that the last window
+            # matters (`_random_input`'s "ngram_tokens"); n from 1 to 3
             _fn(
                 "test_ban_repeated_ngrams",
                 "ban_repeated_ngrams",
-                LOGITS,
-                ("few_tokens", ("batch", "n_ctx")),
+                ("logits", ("ngram_rows", "d_vocab")),
+                ("ngram_tokens", ("ngram_rows", "n_ctx")),
                 ("int", (n, n)),
                 compare="filter",
             )
@@ -620,6 +621,15 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return torch.randint(0, cfg["d_vocab"], shape, generator=gen)
     if kind == "few_tokens":  # a handful of ids over more positions: some repeat in every row
         return torch.randint(0, 6, shape, generator=gen)
+    if kind == "ngram_tokens":  # rows of a few ids ending in a run of 1, 2, 3 copies of an id found nowhere else in
+        # the row, then a row of a few ids: for every n up to 3 the last window bans a token that no other window does
+        rows, pos = [], shape[-1]
+        for run in range(1, shape[0]):
+            x = int(torch.randint(0, 6, (), generator=gen))
+            others = torch.tensor([i for i in range(6) if i != x])
+            body = others[torch.randint(0, 5, (pos - run,), generator=gen)]
+            rows.append(torch.cat([body, torch.full((run,), x)]))
+        return torch.stack([*rows, torch.randint(0, 6, (pos,), generator=gen)])
     if kind == "special_free_tokens":  # no padding, BOS or EOS id
         return torch.randint(3, cfg["d_vocab"], shape, generator=gen)
     if kind == "padded_tokens":  # then padding at the end of some rows (never a whole row)
@@ -871,6 +881,7 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
         class_name, cfg = CONFIGS[probe.config]
         seq_len = 2 + secrets.randbelow(5)
         dims = {"batch": 2, "pos": pos, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
+        dims["ngram_rows"] = 4  # three rows built for the n-gram ban (runs of 1 to 3), one random
         dims["short_pos"] = 2 + secrets.randbelow(SMALL["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
         dims |= {**cfg, **schedule}
         drawn = [
