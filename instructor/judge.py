@@ -76,7 +76,8 @@ class Probe:
     """One of a graded test's probes: `target` (a class built from a config, or a function) run on `args`.
 
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "tokens",
-    "softmax", "logits", "mask", "padding", "few_tokens", "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
+    "softmax", "logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
+    "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields) and "table_lm"
@@ -99,6 +100,7 @@ class Probe:
 BATCH_POS_MODEL = (("float", ("batch", "pos", "d_model")),)
 TOKENS = (("tokens", ("batch", "pos")),)
 LOGITS = ("logits", ("batch", "d_vocab"))
+GRADED_LOGITS = ("graded_logits", ("batch", "d_vocab"))
 ENC_X = ("float", ("batch", "src", "d_model"))
 DEC_Y = ("float", ("batch", "pos", "d_model"))
 
@@ -321,13 +323,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             )
             for n in (1, 2, 3)
         ),
-        _fn("test_min_p_filter", "min_p_filter", LOGITS, ("real", (0.02, 0.5)), compare="filter"),
-        _fn("test_min_p_filter", "min_p_filter", LOGITS, ("real", (0.5, 0.95)), ("int", (2, 6)), compare="filter"),
+        _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.02, 0.5)), compare="filter"),
+        _fn(
+            "test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.5, 0.95)), ("int", (2, 6)), compare="filter"
+        ),
         _fn(
             "test_apply_repetition_penalty",
             "apply_repetition_penalty",
-            LOGITS,
-            ("few_tokens", ("batch", "n_ctx")),
+            ("penalty_logits", ("batch", "d_vocab")),
+            ("all_few_tokens", ("batch", "n_ctx")),
             ("real", (1.05, 2.0)),
         ),
         *(
@@ -621,6 +625,9 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return torch.randint(0, cfg["d_vocab"], shape, generator=gen)
     if kind == "few_tokens":  # a handful of ids over more positions: some repeat in every row
         return torch.randint(0, 6, shape, generator=gen)
+    if kind == "all_few_tokens":  # every id 0-5 in every row (shuffled first), then more of them
+        head = torch.stack([torch.randperm(6, generator=gen) for _ in range(shape[0])])
+        return torch.cat([head, torch.randint(0, 6, (shape[0], shape[1] - 6), generator=gen)], dim=1)
     if kind == "ngram_tokens":  # rows of a few ids ending in a run of 1, 2, 3 copies of an id found nowhere else in
         # the row, then a row of a few ids: for every n up to 3 the last window bans a token that no other window does
         rows, pos = [], shape[-1]
@@ -654,6 +661,24 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return (2 * values).masked_fill(future, float("-inf")).softmax(dim=-1)
     if kind == "logits":
         return 3 * values
+    if kind == "graded_logits":  # per row, probabilities in a geometric series over shuffled ids, the ratio from
+        # 0.75 in the first row to 0.92 in the last (top probabilities about 0.25 to 0.08), and logits offset by 15
+        # to 20: every band of probabilities wider than a factor 1.4 holds a token, so a threshold taken on the
+        # wrong scale (min_p itself, the batch's top token, the logits) always removes another set of tokens
+        rows = shape[0]
+        ratios = (
+            0.75 + 0.14 * torch.arange(rows)[:, None] / max(rows - 1, 1) + 0.03 * torch.rand(rows, 1, generator=gen)
+        )
+        levels = torch.arange(shape[-1]) * ratios.log()  # [rows d_vocab]: log r^k
+        order = torch.stack([torch.randperm(shape[-1], generator=gen) for _ in range(rows)])
+        return levels.gather(-1, order) + 15 + 5 * torch.rand(rows, 1, generator=gen)
+    if kind == "penalty_logits":  # ids 0-5 (those "all_few_tokens" rows hold) with both signs, one in (0, 1):
+        # dividing a negative logit, or multiplying one below 1, shows in every row
+        values = 3 * values
+        signs = torch.tensor([1.0, 1.0, -1.0, 1.0, -1.0, -1.0])
+        values[:, :6] = (0.5 + values[:, :6].abs()) * signs
+        values[:, 0] = 0.05 + 0.9 * torch.rand(shape[0], generator=gen)
+        return values
     # an offset and a spread per feature: a LayerNorm that does not centre or scale shows at once
     return values * (0.5 + 2 * torch.rand(shape[-1:], generator=gen)) + torch.randn(shape[-1:], generator=gen)
 

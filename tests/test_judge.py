@@ -640,6 +640,33 @@ MISTAKES += [
 ]
 
 
+def test_the_judges_inputs_separate_each_filter_and_penalty_mistake_on_every_draw():
+    """The inputs the judge draws for min-p and the repetition penalty are built so that the usual mistakes give
+    another output on every draw, not on most (a threshold on the wrong scale; a penalty applied the wrong way)."""
+    course = components("07_sampling_and_kv_cache")
+    cfg, neg_inf = dict(judge.SMALL), float("-inf")
+    for seed in range(300):
+        gen = torch.Generator().manual_seed(seed)
+        logits = judge._random_input("graded_logits", (2, cfg["d_vocab"]), cfg, gen)
+        min_p = 0.02 + 0.48 * float(torch.rand((), generator=gen))
+        right = torch.isneginf(course.min_p_filter(logits, min_p))
+        probs = logits.softmax(-1)
+        top = probs.topk(1, dim=-1).indices
+        for wrong in (probs < min_p, probs < min_p * probs.max(), logits < min_p * logits.amax(-1, keepdim=True)):
+            assert not torch.equal(torch.isneginf(logits.masked_fill(wrong.scatter(-1, top, False), neg_inf)), right)
+        logits = judge._random_input("penalty_logits", (2, cfg["d_vocab"]), cfg, gen)
+        tokens = judge._random_input("all_few_tokens", (2, cfg["n_ctx"]), cfg, gen)
+        penalty = 1.05 + 0.95 * float(torch.rand((), generator=gen))
+        right = course.apply_repetition_penalty(logits, tokens, penalty)
+        seen = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, tokens, True)
+        for wrong in (
+            torch.where(seen, logits / penalty, logits),
+            torch.where(seen, torch.where(logits < 1, logits * penalty, logits / penalty), logits),
+            torch.where(seen, logits - penalty, logits),
+        ):
+            assert not torch.allclose(wrong, right, atol=1e-4), seed
+
+
 def test_a_right_random_draw_passes_the_segment_rules_every_time():
     """The rules about repeated_segments' distribution are set to fail a right answer once in 10^9 judgings: the
     course's own function over 300 seeds and both probes' argument ranges never fails them."""
