@@ -339,6 +339,7 @@ def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, n
     run's trained weights ("w.<name>") and losses, and each run's calls as (n, n_digits, seed) rows ("calls.<run>")."""
     import contextlib
     import copy
+    import inspect
     import io
 
     import torch
@@ -352,8 +353,6 @@ def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, n
         calls.append([int(n), int(n_digits), int(seed)])
         step = min(len(calls) - 1, len(tokens) - 1)
         return tokens[step].clone(), masks[step].clone()
-
-    import inspect
 
     # The name the loop looks up: in the notebook's namespace, and in its function's globals where they differ.
     scopes = {id(namespace): namespace}
