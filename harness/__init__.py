@@ -12,11 +12,10 @@ from harness.attention_checks import (
     weighted_values_test,
 )
 from harness.checks import load_gpt2_test, rand_float_test, rand_int_test
-from harness.config import Config
+from harness.config import Config, EncoderDecoderConfig
 from harness.course import components, yours_or_course
 from harness.embedding_checks import sinusoidal_test
 from harness.encoder_decoder_checks import (
-    EncoderDecoderConfig,
     decoder_layer_test,
     encoder_decoder_test,
     encoder_layer_test,

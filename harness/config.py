@@ -1,4 +1,4 @@
-"""The model configuration shared by the learner's modules and the checks."""
+"""The model configurations shared by the learner's modules and the checks (GPT-2's and the encoder-decoder's)."""
 
 from __future__ import annotations
 
@@ -58,3 +58,20 @@ class Config:
             device="cpu",
             dtype=torch.float32,
         )
+
+
+@dataclass
+class EncoderDecoderConfig:
+    """Hyperparameters of an encoder-decoder Transformer; the defaults are the paper's base model (EN-DE)."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_head: int = 64
+    d_ff: int = 2048
+    n_layers: int = 6  # in the encoder, and again in the decoder
+    d_vocab: int = 37000  # one BPE vocabulary shared by source and target
+    n_ctx: int = 256  # rows of the sinusoidal table: the longest sequence the model can take
+    layer_norm_eps: float = 1e-5
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2

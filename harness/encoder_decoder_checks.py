@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness._assertions import as_tensor_output, call, check_tensor, fail, mismatch_summary
+from harness.config import EncoderDecoderConfig
 
 __all__ = [
     "EncoderDecoderConfig",
@@ -34,23 +35,6 @@ __all__ = [
     "seq2seq_loss_test",
     "shared_embedding_test",
 ]
-
-
-@dataclass
-class EncoderDecoderConfig:
-    """Hyperparameters of an encoder-decoder Transformer; the defaults are the paper's base model (EN-DE)."""
-
-    d_model: int = 512
-    n_heads: int = 8
-    d_head: int = 64
-    d_ff: int = 2048
-    n_layers: int = 6  # in the encoder, and again in the decoder
-    d_vocab: int = 37000  # one BPE vocabulary shared by source and target
-    n_ctx: int = 256  # rows of the sinusoidal table: the longest sequence the model can take
-    layer_norm_eps: float = 1e-5
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
 
 
 # Small and odd-sized enough that a transposed weight or a wrong broadcast shows; n_heads * d_head == d_model, as

@@ -134,13 +134,25 @@ _ATTENTION = (
     "aten::_native_multi_head_attention",
     "aten::_transformer_encoder_layer_fwd",
 )
+# F.cross_entropy, nn.CrossEntropyLoss and F.nll_loss (cross-entropy's second half) all reach these.
+_CROSS_ENTROPY = ("aten::cross_entropy_loss", "aten::nll_loss*")
 _MHA = ("aten::_native_multi_head_attention", "py:torch/nn/functional.py:multi_head_attention_forward")
-# The course's oracles: no exercise's probe may run their code (`py:` rules match a Python function's file).
-ORACLES = ("py:transformer_lens/", "py:transformers/")
+# The course's oracles: no exercise's probe may run their code (`py:` rules match a Python function's file). The
+# harness is one too: its checks hold independent answers (a beam search, a training loop, a sampler). Learner code
+# may run only the harness's plain parts: `Config`, the tokenizer and `components` (whose code, compiled from the
+# solutions, carries the solutions' file names and is ruled on by notebook, below).
+_HARNESS_PLAIN = {"__init__.py", "config.py", "course.py", "tokenizer.py"}
+HARNESS_ORACLES = tuple(
+    f"py:harness/{path.name}"
+    for path in sorted((Path(__file__).resolve().parent.parent / "harness").glob("*.py"))
+    if path.name not in _HARNESS_PLAIN
+)
+ORACLES = ("py:transformer_lens/", "py:transformers/", *HARNESS_ORACLES)
 FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "01_layernorm": {"*": _NORMS},
     "03_attention": {"*": _ATTENTION + _MHA},
     "04_mlp_and_block": {"gelu_new": ("aten::gelu",)},  # "without F.gelu", says the exercise
+    "05_full_gpt2": {"cross_entropy_loss": _CROSS_ENTROPY},  # "without F.cross_entropy"
     "09_encoder_decoder": {"*": ("py:torch/nn/modules/transformer.py", *_MHA)},
 }
 

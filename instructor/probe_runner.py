@@ -17,7 +17,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import resource
+import secrets
 import signal
+import sys
 import time
 
 REQUEST = "request.json"
@@ -424,6 +427,27 @@ def _forbids(rule: str, event: str) -> bool:
     return event == rule
 
 
+def _record(call):
+    """`call()`'s result and the names of everything the profiler recorded while it ran: every thread's operators
+    (a thread the learner's code had waiting would otherwise run unseen) and this thread's Python functions (no new
+    thread can start while probes run: `_no_new_tasks`); None for the names if the record did not run to the end."""
+    import torch
+    from torch._C._profiler import _ExperimentalConfig
+    from torch.profiler import ProfilerActivity, profile
+
+    everywhere = _ExperimentalConfig(profile_all_threads=True)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=everywhere) as record:
+        tracer = sys.getprofile()  # the profiler's Python tracer: `sys.setprofile` cannot put it back once removed
+        out = call()
+        # A mark made after the call, under a name drawn now: in the record only if the record ran to the end.
+        end = f"probe-end-{secrets.token_hex(8)}"
+        with torch.autograd.profiler.record_function(end):
+            pass
+        blinded = sys.getprofile() is not tracer
+    ran = {event.name for event in record.events()}
+    return out, None if blinded or end not in ran else ran
+
+
 def _call_watching(target: str, call, args: list, keywords: dict, forbidden: tuple[str, ...]):
     """The call's result, refused if an operator the exercise forbids ran in it, whatever name reached it
     (`F.layer_norm`, `torch.native_layer_norm`, `torch.ops.aten...`, a module that wraps it): the profiler records
@@ -431,14 +455,9 @@ def _call_watching(target: str, call, args: list, keywords: dict, forbidden: tup
     function with its file. `forbidden` holds rules (`_forbids`)."""
     if not forbidden:
         return call(*args, **keywords)
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as record:
-        out = call(*args, **keywords)
-        if not torch.autograd._profiler_enabled():
-            raise ProbeError(f"the record of the operators {target} ran was stopped while it ran")
-    ran = {event.name for event in record.events()}
+    out, ran = _record(functools.partial(call, *args, **keywords))
+    if ran is None:
+        raise ProbeError(f"the record of what {target} ran was stopped while it ran")
     hits = sorted(n for n in ran if any(_forbids(rule, n) for rule in forbidden))
     if hits:
         more = f" and {len(hits) - 2} more" if len(hits) > 2 else ""
@@ -447,6 +466,16 @@ def _call_watching(target: str, call, args: list, keywords: dict, forbidden: tup
             f"or the course's reference), whatever name reached it: {', '.join(h[:80] for h in hits[:2])}{more}"
         )
     return out
+
+
+def _no_new_tasks() -> None:
+    """From here on this process can start neither a thread nor a process: what the learner's code runs during a
+    probe runs in this thread, where the profiler sees every Python function (a new thread's would go unseen, a
+    forked process's entirely). The kernel enforces RLIMIT_NPROC, set here to 0, soft and hard, for any uid but
+    root's (never learner code's in the sandbox): threads and processes already running go on, none can start."""
+    if os.getuid() != 0:
+        _record(lambda: None)  # the profiler starts its own threads the first time: before the limit, not under it
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 
 
 def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) -> None:
@@ -459,6 +488,7 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) 
 
     try:
         signal.signal(signal.SIGALRM, alarm)
+        _no_new_tasks()
         for probe in request["probes"]:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -834,6 +834,15 @@ def test_cheats_past_the_in_process_guards_score_zero_and_are_flagged(graded, st
 
 
 @needs_sandbox
+def test_the_judge_alone_refuses_an_exercise_that_computes_in_a_thread(graded):
+    """Where an exercise hands its work to a thread, the judge's probe fails by itself: once the probes run, the
+    kernel lets the child start no thread (RLIMIT_NPROC), so nothing runs where the record does not look."""
+    verdicts = json.loads((graded["out"] / "course" / "recheck" / "thread_forward" / f"{LN}.judge.json").read_text())
+    verdict = verdicts["verdicts"]["test_layernorm"]
+    assert verdict["passed"] is False and "can't start new thread" in verdict["message"], verdict
+
+
+@needs_sandbox
 def test_sandbox_hides_the_answers_and_the_outputs_and_the_grader(graded):
     rows = check_expected(graded, "reach_out")
     text = (graded["out"] / "course" / "autograded" / "reach_out" / LN / f"{LN}.ipynb").read_text()

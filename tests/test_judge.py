@@ -6,10 +6,15 @@ a namespace standing in for the learner's notebook; the judge then reads its fil
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import shutil
+import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +22,8 @@ from safetensors.torch import load_file, save_file
 
 from harness.course import component_source, components, notebook_names
 from instructor import judge, probe_runner
+
+REPO = Path(__file__).resolve().parent.parent
 
 LN = "01_layernorm"
 PRELUDE = "import torch\nfrom torch import nn\n\nfrom harness import Config\n"
@@ -969,6 +976,140 @@ def test_gelu_new_through_the_library_fails_the_judge(call, tmp_path):
         "04_mlp_and_block", "test_gelu_new", course_with("04_mlp_and_block", old, f"    return {call}\n"), tmp_path
     )
     assert not verdict["passed"] and "aten::gelu" in verdict["message"], verdict
+
+
+CROSS_ENTROPY_BY_ANOTHER_NAME = {
+    "F.cross_entropy": "torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())",
+    "nn.CrossEntropyLoss": "torch.nn.CrossEntropyLoss()(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())",
+    "F.nll_loss on log_softmax": (
+        "torch.nn.functional.nll_loss(logits[:, :-1].log_softmax(-1).flatten(0, 1), tokens[:, 1:].flatten())"
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(CROSS_ENTROPY_BY_ANOTHER_NAME))
+def test_cross_entropy_through_the_library_fails_the_judge(route, tmp_path):
+    old = "    correct = log_probs.gather(dim=-1, index=tokens[:, 1:, None])[..., 0]  # [batch pos-1]\n    return -correct.mean()\n"
+    new = f"    return {CROSS_ENTROPY_BY_ANOTHER_NAME[route]}\n"
+    namespace = course_with("05_full_gpt2", old, new)
+    verdict = verdict_of("05_full_gpt2", "test_cross_entropy_loss", namespace, tmp_path)
+    assert not verdict["passed"] and "aten::" in verdict["message"], (route, verdict)
+
+
+# What an exercise's text forbids ("without `F.gelu`"), and the judge's rule that refuses it in that notebook.
+WITHOUT = {
+    "F.gelu": ("04_mlp_and_block", "aten::gelu"),
+    "F.cross_entropy": ("05_full_gpt2", "aten::cross_entropy_loss"),
+}
+
+
+def test_every_call_an_exercise_text_forbids_has_a_rule_in_the_judge():
+    import re
+
+    seen = set()
+    for name in notebook_names():
+        nb = json.loads((REPO / "solutions" / f"{name}.ipynb").read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            text = "".join(cell["source"])
+            if cell["cell_type"] != "markdown" or "**Exercise:**" not in text:
+                continue
+            for call in re.findall(r"without `([\w.]+)`", text):
+                assert call in WITHOUT and WITHOUT[call][0] == name, (name, call)
+                rules = {r for target in judge.FORBIDDEN_OPS[name].values() for r in target}
+                assert WITHOUT[call][1] in rules, (name, call)
+                seen.add(call)
+    assert seen == set(WITHOUT)
+
+
+# The harness's checks hold answers of their own (a beam search, a sinusoid table, a training loop): reached from an
+# exercise by any route, the judge refuses them as it refuses TransformerLens.
+HARNESS_ANSWERS = {
+    ("02_embeddings", "test_sinusoidal"): (
+        "    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # [d_model/2]\n",
+        "    return getattr(__import__('harness'), 'encoder_decoder' + '_checks')._sinusoid(n_ctx, d_model)\n",
+    ),
+    ("07_sampling_and_kv_cache", "test_beam_search"): (
+        "    live = [(0.0, tokens[0])]  # (summed log-probability, tokens)\n",
+        (
+            "    checks = getattr(__import__('harness'), 'sampling' + '_checks')\n"
+            "    ids = checks._beam_reference(model, tokens[0].tolist(), num_beams, max_new_tokens,"
+            " no_repeat_ngram_size, eos_token_id)\n"
+            "    return torch.cat([tokens[0], torch.tensor(ids, dtype=tokens.dtype)])[None]\n"
+            "    live = [(0.0, tokens[0])]  # (summed log-probability, tokens)\n"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize(("notebook", "grade_id"), sorted(HARNESS_ANSWERS))
+def test_the_harnesses_own_answers_fail_the_judge(notebook, grade_id, tmp_path):
+    namespace = course_with(notebook, *HARNESS_ANSWERS[notebook, grade_id])
+    verdict = verdict_of(notebook, grade_id, namespace, tmp_path)
+    assert not verdict["passed"] and "harness/" in verdict["message"], verdict
+
+
+# The record itself: an exercise that stops it, removes its Python tracer, or computes in another thread.
+BLINDING = {
+    "sys.setprofile(None)": "        __import__('sys').setprofile(None)\n",
+    "the profiler disabled": "        __import__('torch').autograd._disable_profiler()\n",
+}
+
+
+@pytest.mark.parametrize("route", sorted(BLINDING))
+def test_an_exercise_that_stops_the_record_fails_the_judge(route, tmp_path):
+    theirs = "        theirs = __import__('harness').components('01_layernorm').LayerNorm(self.cfg)\n"
+    code = NO_NORMALISATION.replace(
+        "        return residual * self.w + self.b\n",
+        BLINDING[route]
+        + theirs
+        + "        theirs.load_state_dict(self.state_dict())\n        return theirs(residual)\n",
+    )
+    verdict = verdict_of(LN, "test_layernorm", learner(code), tmp_path)
+    assert not verdict["passed"] and "stopped while it ran" in verdict["message"], (route, verdict)
+
+
+def test_a_forbidden_operator_in_another_thread_fails_the_judge(tmp_path):
+    code = NO_NORMALISATION.replace(
+        "        return residual * self.w + self.b\n",
+        "        box = []\n        import threading\n"
+        "        worker = threading.Thread(target=lambda: box.append(torch.nn.functional.layer_norm("
+        "residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)))\n"
+        "        worker.start()\n        worker.join()\n        return box[0]\n",
+    )
+    verdict = verdict_of(LN, "test_layernorm", learner(code), tmp_path)
+    assert not verdict["passed"] and "aten::" in verdict["message"], verdict
+
+
+def test_no_thread_or_process_can_start_once_the_probes_run():
+    """As any uid but root (the sandbox's children), the kernel refuses a new thread or process after
+    `_no_new_tasks`: what an exercise runs, it runs where the profiler sees it; the profiler itself still works."""
+    script = (
+        "import os, threading, torch\n"
+        "from instructor.probe_runner import _no_new_tasks, _record\n"
+        "os.setgid(65534); os.setuid(65534)\n"  # nobody: root is exempt from the limit
+        "threading.Thread(target=lambda: None).start()\n"  # still allowed
+        "_no_new_tasks()\n"
+        "out, ran = _record(lambda: torch.ones(3).sum())\n"
+        "print('recorded', out.item(), 'aten::sum' in ran)\n"
+        "for start in (lambda: threading.Thread(target=lambda: None).start(), os.fork):\n"
+        "    try:\n        pid = start()\n    except (RuntimeError, OSError) as err:\n        print('refused', err)\n"
+        "    else:\n        print('started')\n        if pid == 0:\n            os._exit(0)\n"
+    )
+    if os.getuid() != 0 or not shutil.which("bwrap"):
+        pytest.skip("needs root to become another uid, and bwrap")
+    # The interpreter may live under /root (pyenv), which nobody cannot enter: give it a view where it can.
+    base = Path(sys.base_prefix).resolve()
+    top = str(Path("/root", base.parts[2])) if base.parts[1:2] == ("root",) else None
+    view = ["--tmpfs", "/root", "--ro-bind", top, top] if top else []
+    done = subprocess.run(
+        ["bwrap", "--dev-bind", "/", "/", *view, sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "recorded 3.0 True" in done.stdout and done.stdout.count("refused") == 2, done.stdout + done.stderr
 
 
 def test_forbidden_rules_match_what_the_profiler_records():
