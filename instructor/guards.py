@@ -20,13 +20,14 @@ Learner code is recognised by the file name it was compiled with (`<learner ...>
   activations through globals, and no learner class may subclass torch.Tensor;
 - torch's own extension points are part of the snapshot: the torch-function and dispatch mode stacks (a
   `TorchFunctionMode` entered and never left) and the global module hooks (`register_module_forward_hook` ...);
-- learner code may not start threads (a check's guards see only the thread they run in), and the `forward` of
-  every TransformerLens module refuses to run for a learner module even when called as `.forward()` (which
-  skips the pre-hook);
+- the `forward` of every TransformerLens module refuses to run for a learner module even when called as
+  `.forward()` (which skips the pre-hook);
 - the calls an exercise forbids (`FORBIDDEN_CALLS`: `torch.nn.functional.layer_norm` in the LayerNorm exercise
   ...) refuse to run from learner code.
 
-These guards share the process with the learner's code, so each can in principle be outflanked from inside it;
+Learner code cannot start a thread or a process (the re-check child runs under RLIMIT_NPROC 0, set before any
+learner code: `instructor.probe_runner.no_new_tasks`), so everything it runs runs in the one thread these guards
+watch. These guards share the process with the learner's code, so each can in principle be outflanked from inside it;
 what makes grading safe is the sandbox around the process (`instructor.sandbox`: nothing outside it to reach)
 and the grader's checks outside it (the records' token).
 """
@@ -152,12 +153,6 @@ def _is_learner_code(code) -> bool:
 _LIBRARY_DIRS = (os.path.dirname(os.__file__) + os.sep,)
 
 
-def _current_thread() -> int:
-    import _thread
-
-    return _thread.get_ident()
-
-
 def unwrap(obj):
     """A learner function under library decorators (`@torch.no_grad()`, `functools.wraps`, `functools.lru_cache`
     or `cache`, `functools.partial`): the learner's function. Only library wrappers are looked through."""
@@ -194,7 +189,6 @@ class Guards:
         self._busy = False
         self._class_cache: dict[int, bool] = {}
         self.learner_classes: set[int] = set()  # classes a learner cell's `class` statement made
-        self.learner_threads: set[int] = set()  # threads learner code started
         self._protected_module_cache: dict[int, bool] = {}
         # the course's answers (and the grader's copies of them, and other students' work); the rest is public
         self.protected_paths = [str(REPO_ROOT / "solutions"), str(REPO_ROOT / "grading")]
@@ -210,8 +204,6 @@ class Guards:
         raise GradingViolation(f"refused by the grader: {message}")
 
     def learner_frame_on_stack(self, frame) -> bool:
-        if self.learner_threads and _current_thread() in self.learner_threads:
-            return True
         while frame is not None:
             if _is_learner_code(frame.f_code):
                 return True
@@ -351,10 +343,6 @@ class Guards:
         try:
             if not self.is_protected_module_class(type(module)):
                 return
-            if self.learner_threads and _current_thread() in self.learner_threads:
-                kind = type(module).__module__ + "." + type(module).__qualname__
-                self.record(f"{kind} (the reference's own computation) ran in a thread learner code started")
-                raise GradingViolation(f"refused by the grader: the reference's {kind} in your thread")
             frame = sys._getframe(1)
             while frame is not None:
                 code = frame.f_code
@@ -691,28 +679,6 @@ class Guards:
                 del table[key]
         return sorted(set(changes))
 
-    def guard_threads(self) -> None:
-        """A thread that learner code starts counts as learner code all the way down: the guards look at the stack
-        of the thread they run in, which in a new thread does not show who started it."""
-        import _thread
-        import threading
-
-        guards = self
-        original = _thread.start_new_thread
-
-        def start_new_thread(function, args, kwargs=None):
-            if guards.active and not guards._busy and guards.called_by_learner():
-                inner = function
-
-                def function(*a, **k):
-                    guards.learner_threads.add(_thread.get_ident())
-                    return inner(*a, **k)
-
-            return original(function, args, *([kwargs] if kwargs is not None else []))
-
-        _thread.start_new_thread = start_new_thread
-        threading._start_new_thread = start_new_thread
-
     def guard_forwards(self) -> None:
         """Every TransformerLens module's forward runs the pre-hook's check itself (`.forward()` skips hooks)."""
         torch = self.torch
@@ -778,7 +744,6 @@ class Guards:
         self.guard_module(builtins)
         self.guard_module(math)
         torch.nn.modules.module.register_module_forward_pre_hook(self.forward_pre_hook)
-        self.guard_threads()
         self.guard_forwards()
         self.guard_forbidden_calls()
         sys.addaudithook(self.audit)

@@ -428,15 +428,13 @@ def _forbids(rule: str, event: str) -> bool:
 
 
 def _record(call):
-    """`call()`'s result and the names of everything the profiler recorded while it ran: every thread's operators
-    (a thread the learner's code had waiting would otherwise run unseen) and this thread's Python functions (no new
-    thread can start while probes run: `_no_new_tasks`); None for the names if the record did not run to the end."""
+    """`call()`'s result and the names of everything the profiler recorded while it ran in this thread, operators
+    and Python functions alike (learner code has no other thread: `no_new_tasks`); None for the names if the
+    record did not run to the end."""
     import torch
-    from torch._C._profiler import _ExperimentalConfig
     from torch.profiler import ProfilerActivity, profile
 
-    everywhere = _ExperimentalConfig(profile_all_threads=True)
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True, experimental_config=everywhere) as record:
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as record:
         tracer = sys.getprofile()  # the profiler's Python tracer: `sys.setprofile` cannot put it back once removed
         out = call()
         # A mark made after the call, under a name drawn now: in the record only if the record ran to the end.
@@ -468,13 +466,17 @@ def _call_watching(target: str, call, args: list, keywords: dict, forbidden: tup
     return out
 
 
-def _no_new_tasks() -> None:
-    """From here on this process can start neither a thread nor a process: what the learner's code runs during a
-    probe runs in this thread, where the profiler sees every Python function (a new thread's would go unseen, a
-    forked process's entirely). The kernel enforces RLIMIT_NPROC, set here to 0, soft and hard, for any uid but
-    root's (never learner code's in the sandbox): threads and processes already running go on, none can start."""
+def no_new_tasks() -> None:
+    """From here on this process can start neither a thread nor a process (the re-check child calls it before any
+    learner code runs): everything the learner's code runs, it runs in this thread, where the guards and the
+    profiler look (a new thread's Python functions would go unseen, a forked process's everything). The kernel
+    enforces RLIMIT_NPROC, set here to 0, soft and hard, for any uid but root's (never learner code's in the
+    sandbox): threads and processes already running go on, none can start."""
     if os.getuid() != 0:
-        _record(lambda: None)  # the profiler starts its own threads the first time: before the limit, not under it
+        try:
+            _record(lambda: None)  # the profiler starts its own threads the first time: before the limit
+        except Exception:  # noqa: BLE001, S110 - then a probe's record fails, and says so
+            pass
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 
 
@@ -488,7 +490,7 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) 
 
     try:
         signal.signal(signal.SIGALRM, alarm)
-        _no_new_tasks()
+        no_new_tasks()
         for probe in request["probes"]:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -287,7 +287,10 @@ _ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `compone
 
 def preload(kernels: bool = False, solutions: str | None = None) -> None:
     """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model."""
+    # No library may need a thread of its own in a child (`probe_runner.no_new_tasks`): tokenizers' pool off, and
+    # `transformers` loads a checkpoint in the calling thread.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")
     import torch
 
     torch.set_num_threads(1)  # no thread pool in the template: children fork safely and size their own
@@ -393,6 +396,11 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> No
         _limit_memory(memory)
     os.set_inheritable(result_fd, False)
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # From here on no thread or process can start in this child (the kernel refuses them for its uid): all the
+    # learner's code runs in this one thread, where the guards and the judge's record look.
+    from instructor.probe_runner import no_new_tasks
+
+    no_new_tasks()
     out = os.fdopen(result_fd, "w", buffering=1, encoding="utf-8")
     token = job.pop("token", "")
     job.clear()

@@ -33,7 +33,7 @@ KERNEL_METADATA = {
     },
 }
 
-_TEMPLATE = '''# Set-up: makes the course's `harness` package importable. Where it is installed already, this does nothing.
+_TEMPLATE = """# Set-up: makes the course's `harness` package importable. Where it is installed already, this does nothing.
 import sys
 
 COURSE_REPO = "{url}"  # written by `python -m instructor.generate` from pyproject.toml
@@ -73,7 +73,7 @@ except ImportError:
     sys.path.insert(0, COURSE_DIR)  # an editable install is only seen by new processes otherwise
     import harness  # noqa: F401
 
-    print("The course is installed.")'''
+    print("The course is installed.")"""
 
 
 def repository_url(root: Path = REPO_ROOT) -> str:

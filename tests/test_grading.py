@@ -540,7 +540,7 @@ SANDBOX_CHEATS = {  # student -> what its flags must name
     "forge_fd": "forged re-check records",
     "function_mode": "TorchFunctionMode",
     "global_hook": "global module hook",
-    "thread_forward": "ran in a thread learner code started",
+    "thread_forward": "can't start new thread",
     "forbidden_call": "torch.nn.functional.layer_norm, which this exercise forbids",
 }
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
