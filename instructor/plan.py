@@ -51,7 +51,6 @@ FORBIDDEN_MODULES = {
     "threading",
     "_thread",
     "traceback",
-    "types",
     "weakref",
     "atexit",
     "faulthandler",
@@ -168,10 +167,17 @@ FORBIDDEN_ATTRS = {
     "storage",
     "data_ptr",
 }
-ALLOWED_SELF_DUNDERS = {"__class__", "__dict__"}  # self.__class__.__name__ and the like are harmless reads
+ALLOWED_SELF_DUNDERS = {"__dict__"}  # self.__dict__: the learner's own object
+READABLE_DUNDERS = {"__class__"}  # x.__class__ is type(x): a harmless read on anything (assigning it stays refused)
 
 
 _SUSPICIOUS_STRING = re.compile(r"__(code|globals|closure|builtins|subclasses|dict|class|bases|mro)__|f_back|f_locals")
+
+
+def _suspicious(text: str) -> bool:
+    """A string that names an attribute the scan refuses, as `getattr(x, "__globals__")` would: one word, no
+    spaces (a docstring or a message that mentions `__class__` is prose, not a way around the checks)."""
+    return not any(c.isspace() for c in text) and bool(_SUSPICIOUS_STRING.search(text))
 
 
 class Finding(str):
@@ -211,15 +217,24 @@ def forbidden_calls(notebook: str) -> dict[str, str]:
 EXERCISE_ALLOWS = {
     ("08_interpretability", "cache_activations"): {"register_forward_hook", "register_forward_pre_hook"},
 }
+# Modules a notebook's exercise code may import although others may not: 08's exercises take TransformerLens's
+# models and caches (an honest `from transformer_lens import HookedTransformer` for an annotation). Its ready-made
+# answers stay refused where they run (`instructor.judge.TL_EXERCISES`).
+NOTEBOOK_MODULES = {"08_interpretability": {"transformer_lens"}}
 
 
 def scan(
-    tree: ast.AST, forbidden: dict[str, str] | None = None, allowed: frozenset[str] = frozenset()
+    tree: ast.AST,
+    forbidden: dict[str, str] | None = None,
+    allowed: frozenset[str] = frozenset(),
+    modules: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     """Refused constructs anywhere in `tree`; `forbidden`: the calls the exercise forbids (forbidden_calls);
-    `allowed`: attribute names this exercise may use although others may not (EXERCISE_ALLOWS)."""
+    `allowed`: attribute names this exercise may use although others may not (EXERCISE_ALLOWS); `modules`: modules
+    this notebook's code may import although others may not (NOTEBOOK_MODULES)."""
     findings = []
     forbidden = forbidden or {}
+    refused_modules = FORBIDDEN_MODULES - modules
 
     def add(node, what):
         findings.append(Finding(f"line {getattr(node, 'lineno', '?')}: {what}"))
@@ -239,11 +254,11 @@ def scan(
                 add(node, f"uses {forbidden[named]}, which this exercise forbids (write it yourself)")
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in FORBIDDEN_MODULES or alias.name.split(".")[0] == "harness":
+                if alias.name.split(".")[0] in refused_modules or alias.name.split(".")[0] == "harness":
                     add(node, f"`import {alias.name}` (not allowed in exercise code)")
         elif isinstance(node, ast.ImportFrom):
             module = (node.module or "").split(".")[0]
-            if node.level or module in FORBIDDEN_MODULES:
+            if node.level or module in refused_modules:
                 add(node, f"`from {'.' * node.level}{node.module or ''} import ...` (not allowed in exercise code)")
             elif module == "harness":
                 bad = [a.name for a in node.names if node.module != "harness" or a.name not in ALLOWED_HARNESS_NAMES]
@@ -256,13 +271,17 @@ def scan(
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             add(node, f"`{node.id}` (not allowed in exercise code)")
         elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS and node.attr not in allowed:
-            if not (node.attr in ALLOWED_SELF_DUNDERS and _is_self_access(node) and isinstance(node.ctx, ast.Load)):
+            reading = isinstance(node.ctx, ast.Load)
+            if not (
+                reading
+                and (node.attr in READABLE_DUNDERS or node.attr in ALLOWED_SELF_DUNDERS and _is_self_access(node))
+            ):
                 add(node, f"`.{node.attr}` (not allowed in exercise code)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
             on_self = node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")
             if not on_self:
                 add(node, "`setattr` on something other than self (not allowed in exercise code)")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SUSPICIOUS_STRING.search(node.value):
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _suspicious(node.value):
             add(node, f"the string {node.value[:40]!r} (looks like a way around the checks)")
     return findings
 
@@ -507,7 +526,8 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
             if not keep_all:
                 tree, step["dropped"] = definitions_only(tree)
             allowed = frozenset(EXERCISE_ALLOWS.get((name, ex), ()))
-            step["findings"] = list(scan(tree, forbidden if ex is not None else None, allowed))
+            modules = frozenset(NOTEBOOK_MODULES.get(name, ()))
+            step["findings"] = list(scan(tree, forbidden if ex is not None else None, allowed, modules))
             step["defines"] = defined_names(tree)
             step["code"] = ast.unparse(tree)
             binds, uses = binds_and_uses(tree, modules)

@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import resource
-import secrets
 import signal
 import sys
 import time
@@ -427,23 +426,35 @@ def _forbids(rule: str, event: str) -> bool:
     return event == rule
 
 
+def _profiler():
+    """What the record is made with, bound once, when this module is first imported: the child imports it before
+    any learner code runs, so a name the learner's code rebinds later (`torch.profiler.profile = ...`,
+    `sys.getprofile = ...`) does not reach the record."""
+    from torch.autograd import _profiler_enabled
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile, ProfilerActivity.CPU, _profiler_enabled, sys.getprofile
+
+
+_PROFILE, _CPU, _ENABLED, _GETPROFILE = _profiler()
+
+
+def _record_end() -> None:
+    """Called after the call, inside the record: its event is there only if the record ran to the end."""
+
+
 def _record(call):
     """`call()`'s result and the names of everything the profiler recorded while it ran in this thread, operators
     and Python functions alike (learner code has no other thread: `no_new_tasks`); None for the names if the
     record did not run to the end."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as record:
-        tracer = sys.getprofile()  # the profiler's Python tracer: `sys.setprofile` cannot put it back once removed
+    with _PROFILE(activities=[_CPU], with_stack=True) as record:
+        tracer = _GETPROFILE()  # the profiler's Python tracer: `sys.setprofile` cannot put it back once removed
         out = call()
-        # A mark made after the call, under a name drawn now: in the record only if the record ran to the end.
-        end = f"probe-end-{secrets.token_hex(8)}"
-        with torch.autograd.profiler.record_function(end):
-            pass
-        blinded = sys.getprofile() is not tracer
-    ran = {event.name for event in record.events()}
-    return out, None if blinded or end not in ran else ran
+        intact = _ENABLED() and _GETPROFILE() is tracer
+        _record_end()
+    ran = {str(event.name) for event in record.events()}
+    ended = any(name.endswith("): _record_end") and "probe_runner.py(" in name for name in ran)
+    return out, ran if intact and ended else None
 
 
 def _call_watching(target: str, call, args: list, keywords: dict, forbidden: tuple[str, ...]):

@@ -22,7 +22,7 @@ import pytest
 from instructor.collect import normalise
 from instructor.course import REPO_ROOT, cell_source, nbgrader_meta, notebook_names, read_json
 from instructor.grade import prepare_course
-from instructor.plan import build_plan, definitions_only, scan
+from instructor.plan import NOTEBOOK_MODULES, build_plan, definitions_only, scan
 
 LN, EMB = "01_layernorm", "02_embeddings"
 CELL_TIMEOUT = 20
@@ -346,7 +346,12 @@ class PosEmbed(nn.Module):
     text = cell_source(nb["cells"][index_of(nb, "embed")]).replace(
         "return self.W_E[tokens]", "return _lookup(self.W_E, tokens)"
     )
-    helpers = "import functools\n\n\ndef _rows(table, ids):\n    return table[ids]\n\n\n_lookup = functools.partial(_rows)\n\n\n"
+    helpers = (
+        "import functools\nfrom types import SimpleNamespace\n\n\ndef _rows(table, ids):\n"
+        '    """Rows of `table`; `ids` of any tensor type (its __class__ is printed when debugging)."""\n'
+        "    if SimpleNamespace(debug=False).debug:\n        print(ids.__class__.__name__)\n"
+        "    return table[ids]\n\n\n_lookup = functools.partial(_rows)\n\n\n"
+    )
     out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text)}
     return out
 
@@ -786,10 +791,18 @@ def test_static_scan_refuses(code):
         "class A(nn.Module):\n    def forward(self, x):\n        return torch.stack([x, x]).mean(dim=0)",
         "def f(x):\n    return einops.rearrange(x, 'b p d -> p b d')",
         "class A:\n    def __init__(self, cfg):\n        setattr(self, 'w', cfg)\n        print(self.__class__.__name__)",
+        'def f(x):\n    """Tells tensors apart by x.__class__, as type(x) would."""\n    return x.__class__.__name__',
+        "from types import SimpleNamespace\n\nA = SimpleNamespace(x=1)",
     ],
 )
 def test_static_scan_accepts(code):
     assert not scan(ast.parse(code)), code
+
+
+def test_notebook_08_may_import_transformer_lens_for_its_annotations():
+    code = "from transformer_lens import ActivationCache, HookedTransformer\n\ndef f(model: HookedTransformer): ..."
+    assert not scan(ast.parse(code), modules=frozenset(NOTEBOOK_MODULES["08_interpretability"]))
+    assert scan(ast.parse(code))  # elsewhere it stays refused
 
 
 def test_definitions_only_drops_top_level_actions():

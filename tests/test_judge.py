@@ -1069,6 +1069,33 @@ def test_an_exercise_that_stops_the_record_fails_the_judge(route, tmp_path):
     assert not verdict["passed"] and "stopped while it ran" in verdict["message"], (route, verdict)
 
 
+FILTERING_PROFILER = """
+import torch.profiler
+
+
+class _Quiet(torch.profiler.profile):
+    def events(self):
+        return [e for e in super().events() if "harness/" not in e.name and "solutions/" not in e.name]
+
+
+torch.profiler.profile = _Quiet
+"""
+
+
+def test_a_profiler_rebound_by_the_notebook_does_not_reach_the_record(tmp_path, monkeypatch):
+    """The record's tools are bound before any learner code runs: a profiler that hides the harness's frames,
+    put in torch's place by the notebook, is not the one the probe uses."""
+    import torch.profiler
+
+    monkeypatch.setattr(torch.profiler, "profile", torch.profiler.profile)  # restored after the test
+    notebook, grade_id = "07_sampling_and_kv_cache", "test_beam_search"
+    namespace = course_with(notebook, *HARNESS_ANSWERS[notebook, grade_id])
+    exec(FILTERING_PROFILER, namespace)  # noqa: S102 - a notebook cell
+    assert torch.profiler.profile.__name__ == "_Quiet"
+    verdict = verdict_of(notebook, grade_id, namespace, tmp_path)
+    assert not verdict["passed"] and "harness/" in verdict["message"], verdict
+
+
 def test_no_thread_or_process_can_start_in_a_child():
     """As any uid but root (the sandbox's children), the kernel refuses a new thread or process after
     `no_new_tasks` (called before any learner code): what an exercise runs, it runs where the guards and the
