@@ -28,6 +28,7 @@ __all__ = [
     "ngram_ban_test",
     "repetition_penalty_test",
     "sample_next_token_test",
+    "select_beams_test",
     "temperature_test",
     "top_k_test",
     "top_p_test",
@@ -879,27 +880,295 @@ def _completes_ngram(seq: list[int], token: int, n: int) -> bool:
     return any(tuple(seq[i : i + n - 1]) == prefix and seq[i + n - 1] == token for i in range(len(seq) - n + 1))
 
 
-def _beam_reference(model, prompt: list[int], num_beams: int, max_new: int, ngram: int, eos: int) -> list[int]:
-    """Beam search as the exercise states it: summed log-probabilities, the best 2 * num_beams candidates per step,
-    <|endoftext|> moves a beam to the finished ones, n-gram bans; the best of finished and live at the end."""
-    live, finished = [(0.0, list(prompt))], []
-    for _ in range(max_new):
-        candidates = []
-        for score, seq in live:
-            log_probs = model(torch.tensor([seq]))[0, -1].log_softmax(-1).tolist()
-            for token, lp in enumerate(log_probs):
-                if ngram and _completes_ngram(seq, token, ngram):
-                    continue
-                candidates.append((score + lp, seq + [token]))
-        candidates.sort(key=lambda c: -c[0])
-        live = []
-        for score, seq in candidates[: 2 * num_beams]:
-            (finished if seq[-1] == eos else live).append((score, seq))
-            if len(live) == num_beams:
-                break
+# --------------------------------------------------------------------------------------------------------------------
+# Beam search: transformers' rules (candidates, finished hypotheses, length penalty, early stopping)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _select_oracle(scores: Tensor, num_beams: int, eos: int, last_step: bool) -> tuple[list[int], list[int]]:
+    """The candidates that stay live and those that finish, as flat indices, by transformers' `_beam_search` rules,
+    written as a plain walk down the sorted candidates (no tie in the checks' inputs)."""
+    d_vocab = scores.shape[-1]
+    flat = scores.flatten().tolist()
+    order = sorted(range(len(flat)), key=lambda i: -flat[i])[: 2 * num_beams]
+    order = [i for i in order if flat[i] != NEG_INF]
+    ends = [i % d_vocab == eos or last_step for i in order]
+    live = [i for i, end in zip(order, ends) if not end][:num_beams]
+    done = [i for rank, (i, end) in enumerate(zip(order, ends)) if end and rank < num_beams]
+    return live, done
+
+
+def _select_variants(scores: Tensor, num_beams: int, eos: int, last_step: bool) -> dict[str, tuple]:
+    """What the usual mistakes return on the same input (flat index lists), with what each one means."""
+    d_vocab = scores.shape[-1]
+    flat = scores.flatten().tolist()
+    by_score = sorted(range(len(flat)), key=lambda i: -flat[i])
+    variants = {}
+
+    def walk(order, rank_rule=True, last=last_step, keep_inf=False):
+        order = [i for i in order if keep_inf or flat[i] != NEG_INF]
+        ends = [i % d_vocab == eos or last for i in order]
+        live = [i for i, end in zip(order, ends) if not end][:num_beams]
+        if rank_rule:
+            done = [i for r, (i, end) in enumerate(zip(order, ends)) if end and r < num_beams]
+        else:  # every finished candidate met before the beam is full
+            done, n_live = [], 0
+            for i, end in zip(order, ends):
+                if n_live == num_beams:
+                    break
+                done += [i] if end else []
+                n_live += 0 if end else 1
+        return live, done
+
+    variants["k"] = (
+        walk(by_score[:num_beams]),
+        (
+            "keeps only the best num_beams candidates: keep 2 * num_beams, so that num_beams can stay live even when "
+            "some of them end in <|endoftext|>"
+        ),
+    )
+    per_row = sorted(
+        (r * d_vocab + t for r in range(scores.shape[0]) for t in scores[r].topk(min(2 * num_beams, d_vocab)).indices),
+        key=lambda i: (i // d_vocab, -flat[i]),
+    )
+    variants["per_row"] = (
+        walk(per_row[: 2 * num_beams]),
+        (
+            "ranks each beam's children separately: rank all n_live * d_vocab candidates together (flatten the scores), "
+            "so that children of different parents compete"
+        ),
+    )
+    variants["rank_rule"] = (
+        walk(by_score[: 2 * num_beams], rank_rule=False),
+        (
+            "finishes an <|endoftext|> candidate ranked below the first num_beams: in transformers only a candidate among "
+            "the best num_beams can finish; lower ones are dropped"
+        ),
+    )
+    variants["last_step"] = (
+        walk(by_score[: 2 * num_beams], last=False),
+        "ignores last_step: on the last step every candidate among the best num_beams finishes, ending or not",
+    )
+    variants["inf"] = (
+        walk(by_score[: 2 * num_beams], keep_inf=True),
+        "keeps candidates whose score is -inf (a banned token): they are no candidates",
+    )
+    return variants
+
+
+def _as_index_list(out, name: str, what: str) -> list[int]:
+    if not isinstance(out, Tensor) or out.dim() != 1 or out.dtype.is_floating_point or out.dtype == torch.bool:
+        shape = list(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        fail(f"{name} must return two 1-D integer tensors of flat indices ({what}); got {shape}.")
+    return out.tolist()
+
+
+def _beam_scores_case(seed: int, n_live: int, d_vocab: int, eos: int, eos_ranks: tuple[int, ...]) -> Tensor:
+    """Distinct scores [n_live, d_vocab] whose <|endoftext|> candidates sit at the given overall ranks."""
+    gen = torch.Generator().manual_seed(seed)
+    values = -torch.randperm(n_live * d_vocab, generator=gen).float() * 0.37 - 0.5  # distinct, all finite
+    scores = values.reshape(n_live, d_vocab).clone()
+    ordered = scores.flatten().sort(descending=True).values
+    for row, rank in enumerate(eos_ranks):  # swap rank `rank`'s value into row `row`'s eos column
+        where = (scores == ordered[rank]).nonzero()[0]
+        scores[where[0], where[1]], scores[row, eos] = scores[row, eos].clone(), ordered[rank].clone()
+    return scores
+
+
+def select_beams_test(select_beams) -> None:
+    """Checks `select_beams(scores [n_live d_vocab], num_beams, eos_token_id, last_step=False)` -> (live, finished),
+    two 1-D tensors of flat indices `parent * d_vocab + token`, against transformers' beam search rules."""
+    name = _name(select_beams, "select_beams")
+    cases = [
+        # (scores, num_beams, eos, last_step): eos ranked 1 and 2 (one may finish, one may not), ...
+        (_beam_scores_case(0, 3, 7, 3, (1, 2)), 2, 3, False),
+        (_beam_scores_case(1, 2, 9, 6, (0,)), 2, 6, False),  # eos first: 2 beams must still stay live
+        (_beam_scores_case(2, 4, 6, 0, (4, 0, 5)), 3, 0, False),
+        (_beam_scores_case(3, 3, 7, 3, (2,)), 2, 3, True),  # the last step: the best num_beams all finish
+    ]
+    banned = _beam_scores_case(4, 2, 8, 3, (5,))
+    banned[0, :7] = NEG_INF  # two allowed tokens in all, fewer than num_beams: -inf candidates are none
+    banned[1, 1:] = NEG_INF
+    cases.append((banned, 3, 3, False))
+    for scores, num_beams, eos, last_step in cases:
+        what = f"{name}(scores [{scores.shape[0]}, {scores.shape[1]}], num_beams={num_beams}, eos_token_id={eos}, last_step={last_step})"
+        original = scores.clone()
+        out = _kcall(select_beams, scores, num_beams, eos, last_step=last_step, what=what)
+        if not isinstance(out, tuple) or len(out) != 2:
+            fail(f"{what} must return a tuple (live, finished) of two index tensors; got {type(out).__name__}.")
+        if not torch.equal(scores, original):
+            fail(f"{what} changed `scores` in place: compute into new tensors.")
+        live = _as_index_list(out[0], name, "live")
+        done = _as_index_list(out[1], name, "finished")
+        want_live, want_done = _select_oracle(scores, num_beams, eos, last_step)
+        if (live, done) == (want_live, want_done):
+            continue
+        d_vocab = scores.shape[-1]
+        if sorted(live) == sorted(want_live) and sorted(done) == sorted(want_done):
+            fail(f"{what} returned the right candidates in another order: return them best first (by score).")
+        flat = scores.flatten()
+        if any(flat[i] == NEG_INF for i in live + done if 0 <= i < flat.numel()):
+            fail(
+                f"{what} returned live {live}, finished {done}, expected {want_live}, {want_done}: a candidate whose "
+                "score is -inf (a banned token) is no candidate; drop those."
+            )
+        for (v_live, v_done), meaning in _select_variants(scores, num_beams, eos, last_step).values():
+            if (live, done) == (v_live, v_done) and (v_live, v_done) != (want_live, want_done):
+                fail(f"{what} returned live {live}, finished {done}, expected {want_live}, {want_done}: it {meaning}.")
+        if (live, done) == ([i % d_vocab for i in want_live], [i % d_vocab for i in want_done]):
+            fail(
+                f"{what} returned the tokens {live}, {done}: return flat indices parent * d_vocab + token into "
+                f"scores.flatten(), {want_live}, {want_done} (a token alone loses its parent beam)."
+            )
+        fail(
+            f"{what} returned live {live}, finished {done}; transformers' rules give live {want_live}, finished {want_done}."
+        )
+    print(
+        f"{name} passed: the best 2 * num_beams of all candidates, only the first num_beams may finish, as in transformers."
+    )
+
+
+def _hf_table_beam(table, prompt, num_beams, max_new, length_penalty, early_stopping, eos, ngram=0) -> list[int]:
+    """transformers' own beam search (`generate`) on a bigram model whose logits after token t are `table[t]`."""
+    from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    class TableConfig(PretrainedConfig):
+        model_type = "course_table_lm"
+
+    class TableLM(PreTrainedModel, GenerationMixin):
+        config_class = TableConfig
+
+        def __init__(self, config, table):
+            super().__init__(config)
+            self.table = table
+            self.unused = nn.Parameter(torch.zeros(1))  # transformers expects a parameter (its dtype, device)
+
+        def forward(self, input_ids, **kwargs):
+            return CausalLMOutputWithPast(logits=self.table[input_ids])
+
+        def prepare_inputs_for_generation(self, input_ids, **kwargs):
+            return {"input_ids": input_ids}
+
+    model = TableLM(TableConfig(vocab_size=table.shape[-1]), table.float()).eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model.generate(
+            prompt,
+            max_new_tokens=max_new,
+            do_sample=False,
+            num_beams=num_beams,
+            use_cache=False,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            no_repeat_ngram_size=ngram or None,
+        )
+    return out[0, prompt.shape[1] :].tolist()
+
+
+_BEAM_MISTAKES = {
+    "total_length": "divides a finished beam's score by (prompt + generated length) ** length_penalty: the length is "
+    "the number of generated tokens, <|endoftext|> included",
+    "length_without_eos": "leaves <|endoftext|> out of a finished beam's length: it counts as a generated token",
+    "no_lp": "ignores length_penalty: a finished beam scores sum / (generated length) ** length_penalty",
+    "k_num_beams": "keeps only num_beams candidates a step: keep 2 * num_beams, so that num_beams stay live when some "
+    "of them finish",
+    "old_eos_rule": "finishes an <|endoftext|> candidate ranked below the best num_beams: only those among the best "
+    "num_beams finish (select_beams)",
+    "no_last_step": "does not finish the live beams at max_new_tokens: on the last step the best num_beams candidates "
+    "all finish, scored with the length penalty like the others",
+    "no_early_stop": "never stops early: with early_stopping=False, stop once num_beams beams have finished and the "
+    "best live beam's sum / (its length) ** length_penalty cannot beat the worst of them",
+    "es_true_ignored": "ignores early_stopping=True: then the search stops as soon as num_beams beams have finished",
+    "heuristic_max_always": "uses max_new_tokens as the best live beam's length with early_stopping=False: only "
+    'early_stopping="never" (with length_penalty > 0) does',
+    "best_raw_end": "picks the answer by raw summed log-probability among finished and live beams: the answer is the "
+    "best finished beam by its length-penalised score",
+}
+
+
+def _beam_variant(table, prompt, num_beams, max_new, length_penalty, early_stopping, eos, mistake) -> list[int]:
+    """Beam search by transformers' rules with one of `_BEAM_MISTAKES` made, on a bigram table: to name a mistake."""
+    log_probs = table.float().log_softmax(-1)
+    n_prompt = prompt.shape[1]
+    live, finished = [(0.0, prompt[0].tolist())], []
+    for step in range(max_new):
+        candidates = sorted(
+            ((score + lp, seq + [t]) for score, seq in live for t, lp in enumerate(log_probs[seq[-1]].tolist())),
+            key=lambda c: -c[0],
+        )[: num_beams if mistake == "k_num_beams" else 2 * num_beams]
+        last = step == max_new - 1 and mistake != "no_last_step"
+        length = step + 1 + (n_prompt if mistake == "total_length" else 0)
+        new_live = []
+        for rank, (score, seq) in enumerate(candidates):
+            if seq[-1] == eos or last:
+                n = length - 1 if mistake == "length_without_eos" and seq[-1] == eos and length > 1 else length
+                if rank < num_beams or mistake == "old_eos_rule" and len(new_live) < num_beams:
+                    finished.append((score / n ** (0.0 if mistake == "no_lp" else length_penalty), seq))
+            elif len(new_live) < num_beams:
+                new_live.append((score, seq))
+        finished = sorted(finished, key=lambda b: -b[0])[:num_beams]
+        live = new_live
         if not live:
             break
-    return max(finished + live, key=lambda beam: beam[0])[1][len(prompt) :]
+        if mistake == "no_early_stop" or len(finished) < num_beams:
+            continue
+        if early_stopping is True and mistake != "es_true_ignored":
+            break
+        hypothetical = max_new if early_stopping == "never" and length_penalty > 0 else length
+        if mistake == "heuristic_max_always":
+            hypothetical = max_new
+        if live[0][0] / hypothetical**length_penalty <= finished[-1][0]:
+            break
+    if mistake == "best_raw_end":
+        return max(finished + live, key=lambda b: b[0])[1][n_prompt:]
+    return max(finished or live, key=lambda b: b[0])[1][n_prompt:]
+
+
+def _random_beam_case(seed: int):
+    """A bigram table over 6 tokens (<|endoftext|> = 5), a prompt and settings, all drawn from `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    table = torch.randn(6, 6, generator=gen) * 1.5
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (), generator=gen))]
+
+    num_beams, max_new = pick([2, 3]), pick([3, 4, 5, 6])
+    length_penalty, early_stopping = pick([0.0, 0.5, 1.0, 2.0, -1.0]), pick([False, True, "never"])
+    prompt = torch.randint(0, 5, (1, pick([1, 2, 3])), generator=gen)
+    return table, prompt, num_beams, max_new, length_penalty, early_stopping
+
+
+# Seeds whose cases separate every mistake of `_BEAM_MISTAKES` from transformers' answer (found by search, kept by
+# tests/test_judge.py), a few more, then cases found by bench/mutation_score.py where a changed stopping rule shows.
+BEAM_CASE_SEEDS = (2, 3, 33, 52, 75, 513, 867, 0, 1, 4, 5, 25, 31, 152, 176, 217, 337, 548, 3365)
+
+
+def _late_finisher_case():
+    """A case built for early_stopping="never" with a negative length penalty (random cases almost never reach
+    it): after two steps the finished set is full, and the best live beam, 1 -> 3, finishes next with probability
+    0.99 and then beats both finished ones. Its bound at the current length says go on; at max_new_tokens, which
+    only a positive penalty may use, it would say stop."""
+    probs = torch.full((6, 6), 1 / 6)
+    probs[0] = torch.tensor([0.01, 0.85, 0.011, 0.012, 0.013, 0.11])  # <|endoftext|> (5) at once: finished, worst
+    probs[1] = torch.tensor([0.066, 0.068, 0.070, 0.433, 0.072, 0.29])  # 1 -> 5 finished (the best for now); 1 -> 3
+    probs[3] = torch.tensor([0.001, 0.002, 0.003, 0.002, 0.002, 0.99])  # 3 -> 5 almost surely
+    return (probs / probs.sum(-1, keepdim=True)).log(), torch.tensor([[0]]), 2, 6, -0.5, "never"
+
+
+DEFAULTS_SEEDS = (
+    27,
+    42,
+)  # cases where length_penalty 0, early_stopping True, "never" give other answers than the defaults
+
+
+def _penalised(table: Tensor, prompt: Tensor, new: list[int], length_penalty: float, eos: int) -> float:
+    log_probs = table.float().log_softmax(-1)
+    seq = prompt[0].tolist() + new
+    total = sum(log_probs[a, b].item() for a, b in zip(seq[len(seq) - len(new) - 1 :], seq[len(seq) - len(new) :]))
+    return total / max(len(new), 1) ** length_penalty
 
 
 def beam_search_test(beam_search) -> None:
@@ -909,7 +1178,9 @@ def beam_search_test(beam_search) -> None:
     model = ScriptedLM(_trap_table())
     prompt = torch.tensor([[0]])
 
-    def run(num_beams, max_new, ngram=0, m=model, p=prompt, eos_id=eos):
+    def run(num_beams, max_new, ngram=0, m=model, p=prompt, eos_id=eos, length_penalty=0.0, early_stopping=False):
+        # length_penalty=0 unless said otherwise: beams then rank by summed log-probability, which these traps test
+        settings = {"length_penalty": length_penalty, "early_stopping": early_stopping}
         out = _kcall(
             beam_search,
             m,
@@ -918,7 +1189,9 @@ def beam_search_test(beam_search) -> None:
             max_new,
             no_repeat_ngram_size=ngram,
             eos_token_id=eos_id,
-            what=f"{name}(model, tokens, num_beams={num_beams}, max_new_tokens={max_new})",
+            **settings,
+            what=f"{name}(model, tokens, num_beams={num_beams}, max_new_tokens={max_new}, "
+            f"length_penalty={length_penalty}, early_stopping={early_stopping!r})",
         )
         out = as_tensor_output(out, name)
         if out.dim() != 2 or out.shape[0] != 1 or not torch.equal(out[:, : p.shape[1]], p):
@@ -937,6 +1210,12 @@ def beam_search_test(beam_search) -> None:
             hint = (
                 " It followed the likeliest first token: keep the best `num_beams` candidates among the children "
                 "of every beam, not only the best parent's."
+            )
+        elif got[-1:] == [eos] and best[-1:] != [eos] and len(best) == 3:
+            hint = (
+                " The answer runs to max_new_tokens without <|endoftext|>: it does not finish the live beams at "
+                "max_new_tokens (on the last step every candidate among the best num_beams finishes, ending or not, "
+                "and competes with the beams that finished earlier)."
             )
         fail(
             f"{name} with enough beams to be exhaustive must find {best} (highest summed log-probability); got "
@@ -1008,6 +1287,7 @@ def beam_search_test(beam_search) -> None:
         fail(f"{name} with eos_token_id=2 and 3 beams returned {got}; the likeliest sequence is {best}.")
     # A model that repeats its last token: every n-gram ban bites, from the first step where one can.
     echo = torch.full((6, 6), -2.0) + torch.arange(6) * 0.1
+    echo += 0.013 * (torch.arange(6)[:, None] * torch.arange(6)[None, :] % 5)  # no two orders of tokens tie
     echo[torch.arange(6), torch.arange(6)] = 4.0
     echo[:, 5] = -10.0  # <|endoftext|> (5) unlikely: the beams run to max_new_tokens
     echo_model = ScriptedLM(echo)
@@ -1022,7 +1302,7 @@ def beam_search_test(beam_search) -> None:
                 f"the {ngram}-gram {list(repeated[0])} occurs twice. Every n-gram of the sequence so far (prompt "
                 "included, the newest one too) bans the token that would complete it again."
             )
-        want = [0] + _beam_reference(echo_model, [0], 2, max_new, ngram, 5)
+        want = [0] + _hf_table_beam(echo, torch.tensor([[0]]), 2, max_new, 0.0, False, 5, ngram)
         if seq != want:
             step = next(i for i, (a, b) in enumerate(zip(seq + [None], want + [None])) if a != b)
             allowed = want[step] is not None and not _completes_ngram(seq[:step], want[step], ngram)
@@ -1036,20 +1316,86 @@ def beam_search_test(beam_search) -> None:
                     else "."
                 )
             )
-    reference, hf = _hf_reference_model()
-    for text in ("O Romeo, Romeo,", "KING.\nWhat"):
-        prompt = reference.to_tokens(text)
-        # length_penalty=0: transformers then ranks beams by their summed log-probability, as the exercise does.
-        want = _hf_greedy(hf, prompt, num_beams=3, length_penalty=0.0, early_stopping=True)[0, prompt.shape[1] :]
-        want = want.tolist()
-        with torch.no_grad():
-            got = run(3, 8, m=reference, p=prompt, eos_id=50256)
-        if got != want:
+    # Length penalty and early stopping: bigram tables with <|endoftext|> likely, against transformers' generate.
+    # Every case runs first; a mistake is named only if it reproduces every answer (so one that happens to agree on
+    # a single case is not mistaken for the cause).
+    results = []
+    cases = [_random_beam_case(seed) for seed in BEAM_CASE_SEEDS] + [_late_finisher_case()]
+    for table, p, num_beams, max_new, length_penalty, early_stopping in cases:
+        want = _hf_table_beam(table, p, num_beams, max_new, length_penalty, early_stopping, 5)
+        got = run(
+            num_beams,
+            max_new,
+            m=ScriptedLM(table),
+            p=p,
+            eos_id=5,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
+        tie = got[-1:] == want[-1:] and math.isclose(
+            _penalised(table, p, got, length_penalty, 5), _penalised(table, p, want, length_penalty, 5), abs_tol=1e-9
+        )  # a tie transformers broke the other way
+        results.append((got, want, got == want or tie))
+    failing = [i for i, r in enumerate(results) if not r[2]]
+    if failing:
+        got, want, _ = results[failing[0]]
+        _, p, num_beams, max_new, length_penalty, early_stopping = cases[failing[0]]
+        setting = (
+            f"num_beams={num_beams}, max_new_tokens={max_new}, length_penalty={length_penalty}, "
+            f"early_stopping={early_stopping!r}, a {p.shape[1]}-token prompt, <|endoftext|> = 5"
+        )
+        causes = [
+            meaning
+            for mistake, meaning in _BEAM_MISTAKES.items()
+            if all(_beam_variant(*case, 5, mistake) == g for case, (g, _, _) in zip(cases, results))
+        ]
+        if causes:
             fail(
-                f"{name} with 3 beams on the reference model differs from GPT2LMHeadModel.generate(num_beams=3): "
-                f"got {got}, expected {want}."
+                f"{name} ({setting}) returned {got}, transformers' beam search {want}, and on "
+                f"{len(results)} such cases it does what this mistake would: it " + "; or it ".join(causes) + "."
+            )
+        fail(f"{name} ({setting}) returned {got}; transformers' beam search (generate) gives {want}.")
+    # The defaults are transformers' (length_penalty=1.0, early_stopping=False): a case where each other value
+    # gives another answer.
+    for seed in DEFAULTS_SEEDS:
+        table, p, num_beams, max_new, _, _ = _random_beam_case(seed)
+        want = _hf_table_beam(table, p, num_beams, max_new, 1.0, False, 5)
+        what = f"{name}(model, tokens, {num_beams}, {max_new}, eos_token_id=5)"
+        out = _kcall(beam_search, ScriptedLM(table), p.clone(), num_beams, max_new, eos_token_id=5, what=what)
+        got = as_tensor_output(out, name)[0, p.shape[1] :].tolist()
+        if got != want:
+            others = {
+                f"length_penalty={lp}, early_stopping={es!r}": _hf_table_beam(table, p, num_beams, max_new, lp, es, 5)
+                for lp, es in ((0.0, False), (1.0, True), (1.0, "never"))
+            }
+            like = [k for k, v in others.items() if v == got]
+            fail(
+                f"{what}, with its defaults, returned {got}; transformers' defaults (length_penalty=1.0, "
+                f"early_stopping=False) give {want}"
+                + (f": it behaves as with {like[0]}. The defaults must be transformers'." if like else ".")
+            )
+    reference, hf = _hf_reference_model()
+    settings = [(0.0, True), (None, None), (2.0, "never"), (-1.0, False)]  # None: the defaults, 1.0 and False
+    for text, (length_penalty, early_stopping) in zip(
+        ("O Romeo, Romeo,", "KING.\nWhat", "To be", "ROMEO.\n"), settings
+    ):
+        prompt = reference.to_tokens(text)
+        given = {} if length_penalty is None else {"length_penalty": length_penalty, "early_stopping": early_stopping}
+        want = _hf_greedy(hf, prompt, num_beams=3, **given)[0, prompt.shape[1] :].tolist()
+        what = f"{name}(reference, tokens, 3, 8, " + ", ".join(f"{k}={v!r}" for k, v in given.items()) + ")"
+        with torch.no_grad():
+            out = _kcall(beam_search, reference, prompt.clone(), 3, 8, eos_token_id=50256, **given, what=what)
+        got = as_tensor_output(out, name)[0, prompt.shape[1] :].tolist()
+        if got != want:
+            default = (
+                " (the defaults must be transformers': length_penalty=1.0, early_stopping=False)" if not given else ""
+            )
+            fail(
+                f"{what} on the reference model differs from GPT2LMHeadModel.generate(num_beams=3"
+                + "".join(f", {k}={v!r}" for k, v in given.items())
+                + f"): got {got}, expected {want}{default}."
             )
     print(
         f"{name} passed: width 1 is greedy, enough beams is exhaustive, log-probabilities add, no repeated n-grams, "
-        "and 3 beams match transformers' beam search."
+        "and length penalties and early stopping match transformers' beam search."
     )

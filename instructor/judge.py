@@ -97,6 +97,16 @@ class Probe:
     script: str | None = None  # how a module is run (`probe_runner.SCRIPTS`), where it is not one call
 
 
+BEAM_EOS = 3
+# harness.sampling_checks' beam cases that, together, separate every mistake it names from transformers' answer
+BEAM_SEPARATING_SEEDS = (2, 3, 33, 52, 75, 513, 867)
+# select_beams' inputs, each built to separate its usual mistakes on every draw: <|endoftext|> ranked second and
+# third overall (one may finish, one may not: the rank rule; and only 2 * num_beams candidates let two beams stay
+# live), ranked first (num_beams must still go on), and two finite scores in all (fewer than num_beams: a -inf
+# candidate kept shows).
+BEAM_SCORES = {"beam_scores": (1, 2), "beam_scores_eos_first": (0,), "beam_scores_banned": (1,)}
+
+
 BATCH_POS_MODEL = (("float", ("batch", "pos", "d_model")),)
 TOKENS = (("tokens", ("batch", "pos")),)
 LOGITS = ("logits", ("batch", "d_vocab"))
@@ -383,15 +393,56 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             _fn(
                 "test_beam_search",
                 "beam_search",
-                ("table_lm", None),
+                (table, None),
                 ("tokens", (1, "pos")),
                 ("int", (2, 4)),
                 ("int", (2, 6)),
                 ("int", ngram),
                 ("int", eos),
+                ("real", (-1.0, 2.0)),
+                ("const", stop),
+                keywords=("length_penalty", "early_stopping"),
                 compare="exact",
             )
-            for ngram, eos in (((0, 0), NEVER_EOS), ((0, 0), (0, SMALL["d_vocab"] - 1)), ((2, 3), NEVER_EOS))
+            for table, ngram, eos, stop in (
+                ("table_lm", (0, 0), NEVER_EOS, False),
+                ("table_lm", (0, 0), (0, SMALL["d_vocab"] - 1), False),
+                ("table_lm_eos", (0, 0), (SMALL["d_vocab"] - 1,) * 2, False),
+                ("table_lm_eos", (0, 0), (SMALL["d_vocab"] - 1,) * 2, True),
+                ("table_lm_eos", (0, 0), (SMALL["d_vocab"] - 1,) * 2, "never"),
+                ("table_lm", (2, 3), NEVER_EOS, False),
+            )
+        ),
+        *(
+            _fn(
+                "test_beam_search",
+                "beam_search",
+                ("beam_case", seed),
+                *(("beam_arg", name) for name in ("tokens", "num_beams", "max_new_tokens")),
+                *(("beam_arg", name) for name in ("eos_token_id", "length_penalty", "early_stopping")),
+                keywords=("eos_token_id", "length_penalty", "early_stopping"),
+                compare="exact",
+            )
+            for seed in BEAM_SEPARATING_SEEDS
+        ),
+        *(
+            _fn(
+                "test_select_beams",
+                "select_beams",
+                (kind, (rows, "d_vocab")),
+                ("int", (beams, beams)),
+                ("int", (BEAM_EOS, BEAM_EOS)),
+                ("bool", last),
+                keywords=("last_step",),
+                output="tuple",
+                compare="exact",
+            )
+            for kind, rows, beams, last in (
+                ("beam_scores", 3, 2, False),
+                ("beam_scores_eos_first", 2, 2, False),
+                ("beam_scores", 3, 2, True),
+                ("beam_scores_banned", 2, 3, False),
+            )
         ),
         Probe(  # the prompt at once, then token by token with the cache: every position's logits
             "test_kv_cache", "KVCacheTransformer", (("tokens", ("batch", "pos")), ("int", (1, 2))), script="kv_steps"
@@ -630,6 +681,23 @@ def _random_parameters(module, gen) -> None:
             param.copy_(values)
 
 
+def _beam_scores(shape: tuple[int, ...], gen, kind: str):
+    import torch
+
+    rows, d_vocab = shape
+    scores = (-torch.randperm(rows * d_vocab, generator=gen).double() * 0.37 - 0.5).reshape(rows, d_vocab)
+    scores += torch.rand(rows, d_vocab, generator=gen, dtype=torch.float64) * 0.1  # distinct, not a fixed grid
+    ordered = scores.flatten().sort(descending=True).values
+    for row, rank in enumerate(BEAM_SCORES[kind]):  # rank `rank`'s value into row `row`'s eos column
+        where = (scores == ordered[rank]).nonzero()[0]
+        scores[where[0], where[1]], scores[row, BEAM_EOS] = scores[row, BEAM_EOS].clone(), ordered[rank].clone()
+    if kind == "beam_scores_banned":  # one finite score in each of the first two rows, the rest -inf
+        keep = scores[:2].argmax(-1)
+        scores[:] = float("-inf")
+        scores[0, keep[0]], scores[1, keep[1]] = -0.5, -0.9
+    return scores.float()
+
+
 def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
     import torch
 
@@ -649,6 +717,8 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
             body = others[torch.randint(0, 5, (pos - run,), generator=gen)]
             rows.append(torch.cat([body, torch.full((run,), x)]))
         return torch.stack([*rows, torch.randint(0, 6, (pos,), generator=gen)])
+    if kind in BEAM_SCORES:  # distinct scores whose <|endoftext|> (BEAM_EOS) candidates sit at chosen ranks
+        return _beam_scores(shape, gen, kind)
     if kind == "special_free_tokens":  # no padding, BOS or EOS id
         return torch.randint(3, cfg["d_vocab"], shape, generator=gen)
     if kind == "padded_tokens":  # then padding at the end of some rows (never a whole row)
@@ -755,6 +825,8 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         return dims[param], {"value": dims[param]}
     if kind == "bool":
         return bool(param), {"value": bool(param)}
+    if kind == "const":  # a constant the call takes as it is: True, False, "never"
+        return param, {"value": param}
     if kind in ("int", "even"):
         value = _randint(*param, gen)
         value += value % 2 if kind == "even" else 0
@@ -867,8 +939,36 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         state = _hf_gpt2_state_dict(SMALL, gen)
         tensors.update({f"{key}.{k}": v for k, v in state.items()})
         return state, {"tensors": f"{key}."}
-    if kind == "table_lm":
+    if kind == "beam_case":  # one of the check's cases that separate beam search's mistakes, relabelled: its ids
+        # permuted (<|endoftext|> too) and a constant added to each row (log_softmax does not see it), so the
+        # numbers are fresh while every mistake still shows; the other arguments read the permutation from `dims`
+        from harness.sampling_checks import _random_beam_case
+
+        table, prompt, num_beams, max_new, length_penalty, early_stopping = _random_beam_case(param)
+        perm = torch.randperm(table.shape[0], generator=gen)  # old id -> new id
+        relabelled = torch.empty_like(table)
+        relabelled[perm[:, None], perm[None, :]] = table
+        relabelled += torch.randn(table.shape[0], 1, generator=gen) * 3
+        dims["beam"] = {
+            "tokens": perm[prompt],
+            "num_beams": num_beams,
+            "max_new_tokens": max_new,
+            "eos_token_id": int(perm[5]),  # the check's cases end at id 5
+            "length_penalty": length_penalty,
+            "early_stopping": early_stopping,
+        }
+        tensors[key] = relabelled
+        return table_lm(relabelled.clone()), {"table_lm": key}
+    if kind == "beam_arg":  # an argument of the case `beam_case` drew
+        value = dims["beam"][param]
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value
+            return value.clone(), {"tensor": key}
+        return value, {"value": value}
+    if kind in ("table_lm", "table_lm_eos"):
         table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        if kind == "table_lm_eos":  # the last id, <|endoftext|> in these probes, likely after every token: beams
+            table[:, -1] += 1.5  # finish at several lengths, where the length penalty and the stopping rules decide
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
     x = _random_input(kind, tuple(dims[d] if isinstance(d, str) else d for d in param), dims, gen)

@@ -130,7 +130,11 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         return value.clone()  # a fresh copy: the call may write into its input
     if "value" in spec:
         value = spec["value"]
-        if value is not None and not isinstance(value, (bool, int, float)):
+        if (
+            value is not None
+            and not isinstance(value, (bool, int, float))
+            and not (isinstance(value, str) and len(value) <= 40)
+        ):
             raise ProbeError(f"the judge sent an argument of type {type(value).__name__}")
         return value
     if "ints" in spec:

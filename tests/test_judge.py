@@ -297,8 +297,50 @@ MISTAKES = [
     (
         "07_sampling_and_kv_cache",
         "test_beam_search",
-        "    for _ in range(max_new_tokens):\n        batch = torch.stack(",
-        "    for _ in range(max_new_tokens + 2):\n        batch = torch.stack(",
+        "num_beams, eos_token_id, step == max_new_tokens - 1)",
+        "num_beams, eos_token_id, False)",
+        "raised IndexError",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "(score / length**length_penalty, seq)",
+        "(score / (length + tokens.shape[1]) ** length_penalty, seq)",
+        "has shape",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "            if early_stopping is True:\n                break\n",
+        "",
+        "has shape",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        "candidates[ends & among_best]",
+        "candidates[ends]",
+        "has shape",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        "topk(min(2 * num_beams, scores.numel()))",
+        "topk(min(num_beams, scores.numel()))",
+        "has shape",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        'top.indices[top.values > float("-inf")]',
+        "top.indices",
+        "has shape",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        "== eos_token_id) | last_step",
+        "== eos_token_id)",
         "has shape",
     ),
     (
@@ -696,6 +738,20 @@ def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, 
     assert cause in verdict["message"], verdict
 
 
+def test_the_judges_beam_cases_separate_every_named_beam_search_mistake():
+    """The judge's beam_search probes are the check's separating cases, relabelled (which changes no answer): each
+    mistake the check names gives another answer than transformers' on at least one of them, on every draw."""
+    from harness.sampling_checks import _BEAM_MISTAKES, _beam_variant, _hf_table_beam, _random_beam_case
+
+    for mistake in _BEAM_MISTAKES:
+        separated = False
+        for seed in judge.BEAM_SEPARATING_SEEDS:
+            case = _random_beam_case(seed)
+            right = _hf_table_beam(*case, 5)
+            separated |= _beam_variant(*case, 5, mistake) != right
+        assert separated, mistake
+
+
 def test_every_newly_judged_test_has_a_mistake_case():
     judged = {g for gs in judge.judged_tests().values() for g in gs}
     assert {m[1] for m in MISTAKES} >= judged - {
@@ -1029,13 +1085,13 @@ HARNESS_ANSWERS = {
         "    return getattr(__import__('harness'), 'encoder_decoder' + '_checks')._sinusoid(n_ctx, d_model)\n",
     ),
     ("07_sampling_and_kv_cache", "test_beam_search"): (
-        "    live = [(0.0, tokens[0])]  # (summed log-probability, tokens)\n",
+        "    live_scores, live = torch.zeros(1), tokens  #",
         (
             "    checks = getattr(__import__('harness'), 'sampling' + '_checks')\n"
-            "    ids = checks._beam_reference(model, tokens[0].tolist(), num_beams, max_new_tokens,"
-            " no_repeat_ngram_size, eos_token_id)\n"
+            "    ids = checks._beam_variant(model.table, tokens, num_beams, max_new_tokens, length_penalty,"
+            " early_stopping, eos_token_id, 'none')\n"
             "    return torch.cat([tokens[0], torch.tensor(ids, dtype=tokens.dtype)])[None]\n"
-            "    live = [(0.0, tokens[0])]  # (summed log-probability, tokens)\n"
+            "    live_scores, live = torch.zeros(1), tokens  #"
         ),
     ),
 }

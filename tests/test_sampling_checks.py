@@ -26,6 +26,7 @@ EXERCISES = [
     "def sample_next_token",
     "def generate",
     "def ban_repeated_ngrams",
+    "def select_beams",
     "def beam_search",
     "class KVCacheAttention",
     "class KVCacheTransformer",
@@ -88,6 +89,7 @@ def test_every_exercise_was_found():
         ("frequency_penalty_test", "apply_frequency_penalty"),
         ("sample_next_token_test", "sample_next_token"),
         ("generate_test", "generate"),
+        ("select_beams_test", "select_beams"),
         ("beam_search_test", "beam_search"),
     ],
 )
@@ -241,73 +243,6 @@ WRONG = [
         "every row the same new tokens",
     ),
     (
-        "beam_search_test",
-        "beam_search",
-        {
-            "beam_search": [
-                ("live = [(0.0, tokens[0])]", "live = [(1.0, tokens[0])]"),
-                (
-                    "scores = log_probs + torch.tensor([score for score, _ in live])[:, None]",
-                    "scores = log_probs.exp() * torch.tensor([score for score, _ in live])[:, None]",
-                ),
-            ]
-        },
-        "underflow",
-    ),
-    (
-        "beam_search_test",
-        "beam_search",
-        {
-            "beam_search": (
-                "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
-                "scores = scores[:1]\n        top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
-            )
-        },
-        "not only the best parent's",
-    ),
-    (
-        "beam_search_test",
-        "beam_search",
-        {"beam_search": ("if no_repeat_ngram_size > 0:", "if False:")},
-        "repeated a 2-gram",
-    ),
-    # Found by bench/mutation_score.py: a case or an argument the checks never varied.
-    (
-        "beam_search_test",
-        "beam_search",
-        {"beam_search": ("if token == eos_token_id:", "if token >= eos_token_id:")},
-        "Only eos_token_id itself ends a beam",
-    ),
-    (
-        "beam_search_test",
-        "beam_search",
-        {"ban_repeated_ngrams": ("for start in range(len(seq) - n + 1):", "for start in range(len(seq) - n):")},
-        "the newest one too",
-    ),
-    (
-        "beam_search_test",
-        "beam_search",
-        {
-            "ban_repeated_ngrams": (
-                "if seq[start : start + n - 1] == prefix:",
-                "if seq[start : start + n - 1] >= prefix:",
-            )
-        },
-        "a token was banned that no n-gram of the sequence bans",
-    ),
-    (
-        "beam_search_test",
-        "beam_search",
-        {"beam_search": ("if no_repeat_ngram_size > 0:", "if no_repeat_ngram_size > 1:")},
-        "no_repeat_ngram_size=1",
-    ),
-    (
-        "beam_search_test",
-        "beam_search",
-        {"beam_search": ("            if token == eos_token_id:", "            if token == EOT:")},
-        "the finished beams compete with the live ones",
-    ),
-    (
         "generate_test",
         "generate",
         {"generate": ("finished |= next_token == eos_token_id", "finished |= next_token >= eos_token_id")},
@@ -338,17 +273,6 @@ WRONG = [
         "the prompt's included",
     ),
     (
-        "beam_search_test",
-        "beam_search",
-        {
-            "beam_search": (
-                "max(finished + live, key=lambda beam: beam[0])",
-                "max(finished + live, key=lambda beam: beam[0] / len(beam[1]))",
-            )
-        },
-        "no length normalisation",
-    ),
-    (
         "sample_next_token_test",
         "sample_next_token",
         {"sample_next_token": ("generator=generator)[:, 0]", "generator=generator)")},
@@ -359,6 +283,160 @@ WRONG = [
         "sample_next_token",
         {"sample_next_token": ("    if frequency_penalty:\n", "    if frequency_penalty > 0:\n")},
         "frequency_penalty=-0.6",
+    ),
+    (
+        "select_beams_test",
+        "select_beams",
+        {"select_beams": ("topk(min(2 * num_beams, scores.numel()))", "topk(min(num_beams, scores.numel()))")},
+        "keep 2 * num_beams",
+    ),
+    (
+        "select_beams_test",
+        "select_beams",
+        {"select_beams": ("candidates[ends & among_best]", "candidates[ends]")},
+        "only a candidate among the best num_beams can finish",
+    ),
+    (
+        "select_beams_test",
+        "select_beams",
+        {"select_beams": ("== eos_token_id) | last_step", "== eos_token_id)")},
+        "ignores last_step",
+    ),
+    (
+        "select_beams_test",
+        "select_beams",
+        {"select_beams": ('top.indices[top.values > float("-inf")]', "top.indices")},
+        "-inf (a banned token)",
+    ),
+    (
+        "select_beams_test",
+        "select_beams",
+        {
+            "select_beams": (
+                "return candidates[~ends][:num_beams], candidates[ends & among_best]",
+                "return candidates[~ends][:num_beams] % d_vocab, candidates[ends & among_best] % d_vocab",
+            )
+        },
+        "a token alone loses its parent beam",
+    ),
+    (
+        "select_beams_test",
+        "select_beams",
+        {"select_beams": ("candidates[~ends][:num_beams]", "candidates[~ends][:num_beams].sort().values")},
+        "in another order",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": [
+                ("live_scores, live = torch.zeros(1), tokens", "live_scores, live = torch.ones(1), tokens"),
+                ("[:, -1].log_softmax(dim=-1)  # [n_live d_vocab]", "[:, -1].softmax(dim=-1)  # [n_live d_vocab]"),
+                (
+                    "scores = (log_probs + live_scores[:, None]).flatten()",
+                    "scores = (log_probs * live_scores[:, None]).flatten()",
+                ),
+            ]
+        },
+        "underflow",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("if no_repeat_ngram_size > 0:", "if False:")},
+        "repeated a 2-gram",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"select_beams": ("(candidates % d_vocab == eos_token_id)", "(candidates % d_vocab >= eos_token_id)")},
+        "Only eos_token_id itself ends a beam",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"ban_repeated_ngrams": ("for start in range(len(seq) - n + 1):", "for start in range(len(seq) - n):")},
+        "the newest one too",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "ban_repeated_ngrams": (
+                "if seq[start : start + n - 1] == prefix:",
+                "if seq[start : start + n - 1] >= prefix:",
+            )
+        },
+        "a token was banned that no n-gram of the sequence bans",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("if no_repeat_ngram_size > 0:", "if no_repeat_ngram_size > 1:")},
+        "no_repeat_ngram_size=1",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": (
+                "num_beams, eos_token_id, step == max_new_tokens - 1)",
+                "num_beams, EOT, step == max_new_tokens - 1)",
+            )
+        },
+        "the finished beams compete with the live ones",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("length = step + 1  #", "length = step + 1 + tokens.shape[1]  #")},
+        "(prompt + generated length)",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("(score / length**length_penalty, seq)", "(score, seq)")},
+        "ignores length_penalty",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": [
+                ("step == max_new_tokens - 1)", "False)"),
+                ("return finished[0][1][None]", "return (finished or [(0.0, live[0])])[0][1][None]"),
+            ]
+        },
+        "does not finish the live beams at max_new_tokens",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("if len(finished) == num_beams:  #", "if False:  #")},
+        "never stops early",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("            if early_stopping is True:\n                break\n", "")},
+        "ignores early_stopping=True",
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {
+            "beam_search": (
+                'reach = max_new_tokens if early_stopping == "never" and length_penalty > 0 else length',
+                "reach = max_new_tokens",
+            )
+        },
+        'only early_stopping="never"',
+    ),
+    (
+        "beam_search_test",
+        "beam_search",
+        {"beam_search": ("length_penalty: float = 1.0,", "length_penalty: float = 0.0,")},
+        "The defaults must be transformers'",
     ),
 ]
 

@@ -1295,7 +1295,16 @@ add(T, "stops when the first row finishes", generate_with("stop_first"), "every 
 
 
 def beam_with(kind):
-    def fn(model, tokens, num_beams, max_new_tokens, no_repeat_ngram_size=0, eos_token_id=c07.EOT):
+    def fn(
+        model,
+        tokens,
+        num_beams,
+        max_new_tokens,
+        no_repeat_ngram_size=0,
+        eos_token_id=c07.EOT,
+        length_penalty=1.0,
+        early_stopping=False,
+    ):
         if kind == "greedy":
             for _ in range(max_new_tokens):
                 nxt = model(tokens)[:, -1].argmax(-1, keepdim=True)
@@ -1304,7 +1313,18 @@ def beam_with(kind):
                     break
             return tokens
         if kind == "no_ngram":
-            return c07.beam_search(model, tokens, num_beams, max_new_tokens, 0, eos_token_id)
+            return c07.beam_search(
+                model, tokens, num_beams, max_new_tokens, 0, eos_token_id, length_penalty, early_stopping
+            )
+        if kind == "no_lp":  # length_penalty accepted and never used
+            return c07.beam_search(
+                model, tokens, num_beams, max_new_tokens, no_repeat_ngram_size, eos_token_id, 0.0, early_stopping
+            )
+        if kind == "es_true_ignored":  # early_stopping=True treated as the default
+            stop = False if early_stopping is True else early_stopping
+            return c07.beam_search(
+                model, tokens, num_beams, max_new_tokens, no_repeat_ngram_size, eos_token_id, length_penalty, stop
+            )
         if kind == "probs_product_unsummed":  # scores are the last step's log-prob only
             live = [(0.0, tokens[0])]
             for _ in range(max_new_tokens):
@@ -1324,6 +1344,47 @@ def beam_with(kind):
 
 T = "beam_search_test"
 add(T, "", lambda: harness.beam_search_test(c07.beam_search))
+add(T, "length_penalty unused", beam_with("no_lp"), "length_penalty", "transformers'")
+add(T, "early_stopping=True ignored", beam_with("es_true_ignored"), "early_stopping=True")
+
+
+def select_with(kind):
+    def fn(scores, num_beams, eos_token_id, last_step=False):
+        d_vocab = scores.shape[-1]
+        if kind == "per_row":  # each parent's children ranked on their own, the rows one after the other
+            top = scores.topk(min(2 * num_beams, d_vocab), dim=-1)
+            flat = (top.indices + torch.arange(scores.shape[0])[:, None] * d_vocab).flatten()
+            values = top.values.flatten()
+            candidates = flat[values > float("-inf")][: 2 * num_beams]
+        else:
+            k = num_beams if kind == "k" else 2 * num_beams
+            top = scores.flatten().topk(min(k, scores.numel()))
+            candidates = top.indices if kind == "inf" else top.indices[top.values > float("-inf")]
+        ends = (candidates % d_vocab == eos_token_id) | (last_step and kind != "last")
+        if kind == "rank":  # every finished candidate met before the beam is full
+            live, done = [], []
+            for index, end in zip(candidates.tolist(), ends.tolist()):
+                if len(live) == num_beams:
+                    break
+                (done if end else live).append(index)
+            return torch.tensor(live, dtype=torch.long), torch.tensor(done, dtype=torch.long)
+        live = candidates[~ends][:num_beams]
+        done = candidates[ends & (torch.arange(len(candidates)) < num_beams)]
+        if kind == "tokens":
+            return live % d_vocab, done % d_vocab
+        return live, done
+
+    return lambda: harness.select_beams_test(fn)
+
+
+T = "select_beams_test"
+add(T, "", lambda: harness.select_beams_test(c07.select_beams))
+add(T, "num_beams candidates, not 2 * num_beams", select_with("k"), "2 * num_beams")
+add(T, "each parent's children ranked apart", select_with("per_row"), "together", "different parents")
+add(T, "finishes eos beyond the best num_beams", select_with("rank"), "among the best num_beams", "dropped")
+add(T, "ignores last_step", select_with("last"), "last_step")
+add(T, "keeps -inf candidates", select_with("inf"), "-inf")
+add(T, "tokens, not flat indices", select_with("tokens"), "flat indices", "parent")
 add(T, "greedy, not beam", beam_with("greedy"), "greedy", "likeliest first token")
 add(T, "ignores no_repeat_ngram_size", beam_with("no_ngram"), "no_repeat_ngram_size", "n-gram", "ngram")
 add(T, "scores only the last step", beam_with("probs_product_unsummed"), "summed log-prob", "cumulative", "last step")
