@@ -244,7 +244,9 @@ class Runner:
             # outside the sandbox; here they can only be computed, and a failure is written as that probe's error.
             from instructor.probe_runner import run_probes
 
-            run_probes(self.probes, ns, timeout=min(10.0, self.cell_timeout), deadline=self.deadline)
+            # 30 s a probe: 08's patching probe runs the model once per layer and position under the guards and
+            # the record; 0.9 s in-process, it passed 10 s once in a sandboxed batch on a busy machine
+            run_probes(self.probes, ns, timeout=min(30.0, self.cell_timeout), deadline=self.deadline)
         guards.active = False
         for grade_id in plan["tests"]:
             if grade_id not in reported:
