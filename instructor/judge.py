@@ -98,8 +98,9 @@ class Probe:
 
 
 BEAM_EOS = 3
-# harness.sampling_checks' beam cases that, together, separate every mistake it names from transformers' answer
-BEAM_SEPARATING_SEEDS = (2, 3, 33, 52, 75, 513, 867)
+# One beam_search probe for each of harness.sampling_checks' BEAM_SEPARATING_SEEDS (cases that together separate
+# every mistake its check names), looked up when drawn: importing the harness here would load every check.
+N_BEAM_CASES = 7
 # select_beams' inputs, each built to separate its usual mistakes on every draw: <|endoftext|> ranked second and
 # third overall (one may finish, one may not: the rank rule; and only 2 * num_beams candidates let two beams stay
 # live), ranked first (num_beams must still go on), and two finite scores in all (fewer than num_beams: a -inf
@@ -417,13 +418,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             _fn(
                 "test_beam_search",
                 "beam_search",
-                ("beam_case", seed),
+                ("beam_case", case),
                 *(("beam_arg", name) for name in ("tokens", "num_beams", "max_new_tokens")),
                 *(("beam_arg", name) for name in ("eos_token_id", "length_penalty", "early_stopping")),
                 keywords=("eos_token_id", "length_penalty", "early_stopping"),
                 compare="exact",
             )
-            for seed in BEAM_SEPARATING_SEEDS
+            for case in range(N_BEAM_CASES)
         ),
         *(
             _fn(
@@ -682,20 +683,14 @@ def _random_parameters(module, gen) -> None:
 
 
 def _beam_scores(shape: tuple[int, ...], gen, kind: str):
-    import torch
+    from harness.sampling_checks import _ranked_scores
 
-    rows, d_vocab = shape
-    scores = (-torch.randperm(rows * d_vocab, generator=gen).double() * 0.37 - 0.5).reshape(rows, d_vocab)
-    scores += torch.rand(rows, d_vocab, generator=gen, dtype=torch.float64) * 0.1  # distinct, not a fixed grid
-    ordered = scores.flatten().sort(descending=True).values
-    for row, rank in enumerate(BEAM_SCORES[kind]):  # rank `rank`'s value into row `row`'s eos column
-        where = (scores == ordered[rank]).nonzero()[0]
-        scores[where[0], where[1]], scores[row, BEAM_EOS] = scores[row, BEAM_EOS].clone(), ordered[rank].clone()
+    scores = _ranked_scores(gen, *shape, BEAM_EOS, BEAM_SCORES[kind])
     if kind == "beam_scores_banned":  # one finite score in each of the first two rows, the rest -inf
         keep = scores[:2].argmax(-1)
         scores[:] = float("-inf")
         scores[0, keep[0]], scores[1, keep[1]] = -0.5, -0.9
-    return scores.float()
+    return scores
 
 
 def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
@@ -942,9 +937,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind == "beam_case":  # one of the check's cases that separate beam search's mistakes, relabelled: its ids
         # permuted (<|endoftext|> too) and a constant added to each row (log_softmax does not see it), so the
         # numbers are fresh while every mistake still shows; the other arguments read the permutation from `dims`
-        from harness.sampling_checks import _random_beam_case
+        from harness.sampling_checks import BEAM_SEPARATING_SEEDS, _random_beam_case
 
-        table, prompt, num_beams, max_new, length_penalty, early_stopping = _random_beam_case(param)
+        case = _random_beam_case(BEAM_SEPARATING_SEEDS[param])
+        table, prompt, num_beams, max_new, length_penalty, early_stopping = case
         perm = torch.randperm(table.shape[0], generator=gen)  # old id -> new id
         relabelled = torch.empty_like(table)
         relabelled[perm[:, None], perm[None, :]] = table

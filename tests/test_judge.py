@@ -741,11 +741,18 @@ def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, 
 def test_the_judges_beam_cases_separate_every_named_beam_search_mistake():
     """The judge's beam_search probes are the check's separating cases, relabelled (which changes no answer): each
     mistake the check names gives another answer than transformers' on at least one of them, on every draw."""
-    from harness.sampling_checks import _BEAM_MISTAKES, _beam_variant, _hf_table_beam, _random_beam_case
+    from harness.sampling_checks import (
+        _BEAM_MISTAKES,
+        BEAM_SEPARATING_SEEDS,
+        _beam_variant,
+        _hf_table_beam,
+        _random_beam_case,
+    )
 
+    assert len(BEAM_SEPARATING_SEEDS) == judge.N_BEAM_CASES
     for mistake in _BEAM_MISTAKES:
         separated = False
-        for seed in judge.BEAM_SEPARATING_SEEDS:
+        for seed in BEAM_SEPARATING_SEEDS:
             case = _random_beam_case(seed)
             right = _hf_table_beam(*case, 5)
             separated |= _beam_variant(*case, 5, mistake) != right
