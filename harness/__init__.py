@@ -41,6 +41,7 @@ from harness.interp_checks import (
     repeated_segments_test,
 )
 from harness.kv_cache_checks import cached_generate_test, kv_cache_test
+from harness.padding_checks import left_pad_test, padded_generate_test, padded_transformer_test
 from harness.primer_checks import head_scores_test, merge_heads_test, split_heads_test
 from harness.reference import load_reference_gpt2, reference_checkpoint
 from harness.sampling_checks import (
@@ -96,6 +97,7 @@ __all__ = [
     "hf_conversion_test",
     "induction_score_test",
     "kv_cache_test",
+    "left_pad_test",
     "lm_loss_test",
     "load_gpt2_test",
     "load_induction_model",
@@ -110,6 +112,8 @@ __all__ = [
     "min_p_test",
     "multi_head_attention_test",
     "ngram_ban_test",
+    "padded_generate_test",
+    "padded_transformer_test",
     "param_count_test",
     "patching_test",
     "pattern_test",
