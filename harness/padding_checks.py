@@ -17,11 +17,29 @@ from torch import Tensor
 
 from harness._assertions import call, fail, mismatch_summary
 from harness.config import Config
-from harness.kv_cache_checks import _course_model, _learner_model, _step
+from harness.kv_cache_checks import _learner_model, _step
 
 __all__ = ["left_pad_test", "padded_generate_test", "padded_transformer_test"]
 
 _CFG = Config(d_model=32, n_heads=4, d_head=8, d_mlp=64, n_layers=2, n_ctx=16, d_vocab=61)
+
+
+def _course_model(cfg: Config, seed: int):
+    """Notebook 05's DemoTransformer with random weights scaled by their input size: its greedy continuations vary
+    from prompt to prompt and token to token (weights of one scale make a small random model repeat one token)."""
+    from harness.course import components
+
+    model = components("05_full_gpt2").DemoTransformer(cfg).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            values, last = torch.randn(param.shape, generator=gen), name.rsplit(".", 1)[-1]
+            if param.dim() >= 2 and last not in ("W_E", "W_pos"):
+                values /= param.shape[-2] ** 0.5
+            elif param.dim() == 1:
+                values = 0.2 * values if last.startswith("b") else 1 + 0.2 * values
+            param.copy_(values)
+    return model
 
 
 def _left_padded(prompts: list[list[int]], pad: int, right: bool = False) -> tuple[Tensor, Tensor]:
@@ -222,13 +240,32 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
     plain = [_alone(course, p, 6, eos=-1) for p in prompts]
     never = min(set(range(cfg.d_vocab)) - {t for row in plain for t in row})  # an id no row emits
     other = never + 1 if never + 1 < cfg.d_vocab else never - 1  # a padding id that is not the end-of-text id
+
+    def first(row: list[int], token: int) -> int:
+        return row.index(token) if token in row else len(row)
+
+    # An id the first row emits first at step s >= 1 while another row emits it later or never: rows finish at
+    # different steps. Then one that the second prompt, alone, emits first at its third step or later.
+    early = next(
+        t for s, t in enumerate(plain[0]) if s >= 1 and first(plain[0], t) == s and max(first(r, t) for r in plain) > s
+    )
+    late = next(t for s, t in enumerate(plain[1]) if s >= 2 and first(plain[1], t) == s)
     cases = (
         (prompts, 6, never, never, "an end-of-text id no row emits, padding with it"),
-        (prompts, 6, plain[0][1], other, "an end-of-text id the first row emits at its second step"),
-        ([prompts[1]], 6, plain[1][2], other, "one prompt that emits the end-of-text id at its third step"),
+        (prompts, 6, early, other, f"rows that emit the end-of-text id as new token {[first(r, early) + 1 for r in plain]}"),
+        ([prompts[1]], 6, late, other, f"one prompt that emits the end-of-text id as new token {first(plain[1], late) + 1}"),
     )
-    lengths = []
+    lengths, calls = [], []
     hook = model.embed.register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[-1]))
+
+    def record(module, args, kwargs):  # what each forward was given: new tokens, mask columns, cached positions
+        given = list(args) + [kwargs.get(k) for k in ("tokens", "attention_mask", "past_kvs") if k in kwargs]
+        tokens, mask = given[0], given[1] if len(given) > 1 else None
+        past = given[2] if len(given) > 2 else None
+        cached = past[0][0].shape[1] if past else 0
+        calls.append((tokens.shape[-1], None if not isinstance(mask, Tensor) else mask.shape[-1], cached))
+
+    pre_hook = model.register_forward_pre_hook(record, with_kwargs=True)
     try:
         for batch, max_new, eos, pad, about in cases:
             what = (
@@ -236,8 +273,14 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
                 f"eos_token_id={eos}, pad_token_id={pad})"
             )
             lengths.clear()
+            calls.clear()
             with torch.no_grad():
-                got = call(padded_generate, model, [list(p) for p in batch], max_new, eos, pad, what=what)
+                try:
+                    got = call(padded_generate, model, [list(p) for p in batch], max_new, eos, pad, what=what)
+                except AssertionError:
+                    _name_mask_length(calls, what)
+                    raise
+            _name_mask_length(calls, what)
             expected = _expected_batch(course, batch, max_new, eos, pad)
             if not isinstance(got, Tensor):
                 fail(f"{what} returned {type(got).__name__}: return the tokens as one tensor.")
@@ -251,7 +294,20 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
             _name_generate_mistake(got, expected, course, batch, max_new, eos, pad, what, about)
     finally:
         hook.remove()
+        pre_hook.remove()
     print(f"{name} passed: every row equals its prompt decoded alone; finished rows padded; stops when all finish.")
+
+
+def _name_mask_length(calls: list, what: str) -> None:
+    """Fails when a forward was given a mask whose columns are not the cached positions plus the new tokens."""
+    for i, (new, columns, cached) in enumerate(calls):
+        if columns is None:
+            fail(f"{what}: forward {i + 1} of the model was given no attention mask: pass one to every forward.")
+        if columns != cached + new:
+            fail(
+                f"{what}: forward {i + 1} was given a mask of {columns} columns for {cached} cached and {new} new "
+                f"positions: the mask covers them all ({cached + new}), one column longer each step."
+            )
 
 
 def _expected_batch(course, prompts, max_new: int, eos: int, pad: int) -> Tensor:
@@ -291,7 +347,13 @@ def _name_generate_mistake(got: Tensor, expected: Tensor, course, prompts, max_n
         with_eos = torch.where(got == eos, pad, got)
         if not torch.equal(got, expected) and torch.equal(torch.where(expected == eos, pad, expected), with_eos):
             fail(f"{what} ({about}): eos_token_id stands where pad_token_id = {pad} is due (or the other way round).")
-        right = _right_padded_run(course, prompts, expected.shape[1] - longest, pad)
+        unmasked = _unmasked_run(course, prompts, expected.shape[1] - longest, pad)
+        if torch.equal(got[:, longest:], unmasked) and not torch.equal(unmasked, expected[:, longest:]):
+            fail(
+                f"{what}: the new tokens are those of the left-padded batch with a mask of all True (the pads "
+                "attended to, counted as positions): pass left_pad's mask to the first forward, then the grown one."
+            )
+        right = _unmasked_run(course, prompts, expected.shape[1] - longest, pad, right=True)
         if torch.equal(got[:, longest:], right):
             fail(
                 f"{what}: the shorter prompts were padded on the right, so their next token was predicted after "
@@ -311,9 +373,9 @@ def _name_generate_mistake(got: Tensor, expected: Tensor, course, prompts, max_n
     fail(f"{what} ({about}) returned {got.tolist()}, expected {expected.tolist()}.")
 
 
-def _right_padded_run(course, prompts, n_new: int, pad: int) -> Tensor:
-    """The new tokens of greedy decoding on right-padded prompts with no mask (the classic mistake)."""
-    tokens, _ = _left_padded(prompts, pad, right=True)
+def _unmasked_run(course, prompts, n_new: int, pad: int, right: bool = False) -> Tensor:
+    """The new tokens of greedy decoding on the padded prompts with no mask (left or right padding)."""
+    tokens, _ = _left_padded(prompts, pad, right=right)
     start = tokens.shape[1]
     with torch.no_grad():
         for _ in range(n_new):

@@ -80,9 +80,11 @@ class Probe:
     "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
-    Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields) and "table_lm"
-    (a bigram language model, `probe_runner.table_lm`). `output` is "tensor", "scalar" (a number, sent back as a
-    0-d float64 tensor) or "dict" (of tensors); `compare` how an output is judged (`compare`)."""
+    Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
+    (a bigram language model, `probe_runner.table_lm`), "ragged"/"uneven" (lists of token ids of different
+    lengths) and "finishing_eos" (an id the course's model emits early, from other arguments: `_finishing_eos`).
+    `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
+    how an output is judged (`compare`)."""
 
     grade_id: str
     target: str
@@ -455,6 +457,35 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("tokens", ("batch", "short_pos")),
             ("int", (1, 4)),
             compare="exact",
+        ),
+        # Prompts of different lengths ("uneven": the first the longest, the second the shortest, so that rows are
+        # padded on every draw), a padding id drawn among the ordinary ones: attending to a pad shows.
+        _fn(
+            "test_left_pad",
+            "left_pad",
+            ("uneven", ("padded_rows", (1, 7))),
+            ("int", (0, SMALL["d_vocab"] - 1)),
+            output="tuple",
+            compare="exact",
+        ),
+        Probe(  # the padded prompts at once, then two tokens per row with the cache: every real position's logits
+            "test_padded_transformer",
+            "PaddedTransformer",
+            (("uneven", ("padded_rows", (1, 7))), ("tokens", ("padded_rows", 2)), ("int", (0, SMALL["d_vocab"] - 1))),
+            script="padded_steps",
+        ),
+        *(
+            _fn(
+                "test_padded_generate",
+                "padded_generate",
+                ("module", "PaddedTransformer"),
+                ("uneven", ("padded_rows", (1, 6))),
+                ("int", (3, 6)),
+                eos,
+                ("int", (0, SMALL["d_vocab"] - 1)),
+                compare="exact",
+            )
+            for eos in (("int", NEVER_EOS), ("finishing_eos", (0, 1, 4)))
         ),
     ),
     "08_interpretability": (
@@ -860,11 +891,12 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         row = _random_input(row_kind, (1, *(dims[d] for d in row_shape)), dims, gen)
         tensors[key] = row
         return row.expand(SAMPLES, *row.shape[1:]).clone(), {"tensor": key, "repeat": SAMPLES}
-    if kind == "ragged":  # lists of token ids of different lengths, no special id
-        rows, (lo, hi) = param
-        lists = [
-            [_randint(3, dims["d_vocab"] - 1, gen) for _ in range(_randint(lo, hi, gen))] for _ in range(dims[rows])
-        ]
+    if kind in ("ragged", "uneven"):  # lists of token ids of different lengths, no special id; "uneven": the
+        rows, (lo, hi) = param  # first list the longest and the second the shortest, so that some are padded
+        lengths = [_randint(lo, hi, gen) for _ in range(dims[rows])]
+        if kind == "uneven":
+            lengths[:2] = [hi, lo]
+        lists = [[_randint(3, dims["d_vocab"] - 1, gen) for _ in range(n)] for n in lengths]
         return lists, {"ints": lists}
     if kind == "module":  # the learner's class in the child, the course's here; the same random weights
         class_name, fields = CONFIGS["gpt2"]
@@ -895,7 +927,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
-    if kind in ("run_cache", "addition_batches"):
+    if kind in ("run_cache", "addition_batches", "finishing_eos"):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
         fields = {
@@ -972,6 +1004,22 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     return x, {"tensor": key}
 
 
+def _finishing_eos(course, model, prompts, pad: int) -> int:
+    """For padded_generate: an end-of-text id that the first prompt's greedy continuation emits first at its second
+    step or later while another row emits it later or never (rows then finish at different steps), else the id the
+    first row emits second."""
+    longest = len(prompts[0])  # the "uneven" prompts' first is the longest
+    rows = course.padded_generate(model, prompts, SMALL["n_ctx"] - longest, NEVER_EOS[0], pad)[:, longest:].tolist()
+
+    def first(row, token):
+        return row.index(token) if token in row else len(row)
+
+    for step, token in enumerate(rows[0][:3]):  # within the probe's 3 or more steps
+        if step >= 1 and first(rows[0], token) == step and max(first(row, token) for row in rows) > step:
+            return token
+    return rows[0][1]
+
+
 def _copy(value):
     import torch
 
@@ -1015,6 +1063,7 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
         seq_len = 2 + secrets.randbelow(5)
         dims = {"batch": 2, "pos": pos, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
         dims["ngram_rows"] = 4  # three rows built for the n-gram ban (runs of 1 to 3), one random
+        dims["padded_rows"] = 3
         dims["short_pos"] = 2 + secrets.randbelow(SMALL["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
         dims |= {**cfg, **schedule}
         drawn = [
@@ -1031,6 +1080,9 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
                     entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
                 with torch.no_grad():
                     drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
+            if kind == "finishing_eos":  # an id the course's model emits early in the first row, so rows finish
+                drawn[j] = (_finishing_eos(course, *(drawn[k][0] for k in param)),)  # at different steps
+                drawn[j] += ({"value": drawn[j][0]},)
             if kind == "addition_batches":  # the problems of every step, for the arguments' batch size and digits
                 args_at, digits_at = param
                 train_args, n_digits = drawn[args_at][0], drawn[digits_at][0]

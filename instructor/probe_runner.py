@@ -390,7 +390,35 @@ def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, n
 
 
 addition_run.wants_namespace = True
-SCRIPTS = {"kv_steps": kv_steps, "trained_weights": trained_weights, "addition_run": addition_run}
+
+
+def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int):
+    """A model that takes an attention mask, run as padded generation runs it: the prompts padded on the left with
+    `pad` in one call, then each column of `new_tokens` with the cache and a mask one column longer. The logits of
+    every position, [batch longest+new d_vocab], the pads' set to 0 (nothing reads them, and any value is right)."""
+    import torch
+
+    longest = max(len(prompt) for prompt in prompts)
+    tokens = torch.full((len(prompts), longest), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), longest), dtype=torch.bool)
+    for row, prompt in enumerate(prompts):
+        tokens[row, longest - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, longest - len(prompt) :] = True
+    logits, past = model(tokens, mask.clone())
+    outs = [_plain(logits, "the logits").masked_fill(~mask[..., None], 0.0)]
+    for i in range(new_tokens.shape[1]):
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        logits, past = model(new_tokens[:, i : i + 1], mask.clone(), past)
+        outs.append(_plain(logits, "the logits"))
+    return torch.cat(outs, dim=1)
+
+
+SCRIPTS = {
+    "kv_steps": kv_steps,
+    "padded_steps": padded_steps,
+    "trained_weights": trained_weights,
+    "addition_run": addition_run,
+}
 
 
 def param_group_decay(groups, model):

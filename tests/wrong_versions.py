@@ -1492,6 +1492,158 @@ add(T, "", lambda: harness.cached_generate_test(c07.cached_generate, KVT))
 add(T, "re-runs the whole sequence", cached_generate_with("full"), "only the one new token", "whole sequence")
 add(T, "forgets to pass past_kvs", cached_generate_with("no_past"), "past_kvs")
 
+
+# Prompts of different lengths: left_pad, PaddedTransformer, padded_generate
+
+
+def left_pad_with(kind):
+    def fn(prompts, pad_token_id):
+        longest = len(prompts[0]) if kind == "first_length" else max(len(p) for p in prompts)
+        pad = 0 if kind == "pad_zero" else pad_token_id
+        tokens = torch.full((len(prompts), longest), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), longest), dtype=torch.long if kind == "long_mask" else torch.bool)
+        for row, p in enumerate(prompts):
+            p = p[:longest]
+            where = slice(0, len(p)) if kind == "right" else slice(longest - len(p), longest)
+            tokens[row, where] = torch.tensor(p)
+            mask[row, slice(0, len(p)) if kind == "mask_first" else where] = 1
+        return tokens, (~mask if kind == "inverted" else mask)
+
+    return lambda: harness.left_pad_test(fn)
+
+
+T = "left_pad_test"
+add(T, "", lambda: harness.left_pad_test(c07.left_pad))
+add(T, "pads on the right", left_pad_with("right"), "padded on the right")
+add(T, "mask True at the pads", left_pad_with("inverted"), "true at the padding")
+add(T, "pads with 0, not pad_token_id", left_pad_with("pad_zero"), "not pad_token_id")
+add(T, "an integer mask (transformers' 1/0)", left_pad_with("long_mask"), "dtype")
+add(T, "longest taken from the first prompt", left_pad_with("first_length"), "longest prompt")
+add(T, "mask marks each row's first positions", left_pad_with("mask_first"), "mask marks the first positions")
+
+PA, PT = c07.PaddedAttention, c07.PaddedTransformer
+
+
+class PaddedAttentionWith(PA):
+    KIND = ""
+
+    def forward(self, x, past_kv=None, attention_mask=None):
+        if self.KIND == "no_mask":
+            return KVA.forward(self, x, past_kv)
+        q = einops.einsum(x, self.W_Q, "b p m, n m h -> b p n h") + self.b_Q
+        k = einops.einsum(x, self.W_K, "b p m, n m h -> b p n h") + self.b_K
+        v = einops.einsum(x, self.W_V, "b p m, n m h -> b p n h") + self.b_V
+        if past_kv is not None:
+            k, v = torch.cat([past_kv[0], k], 1), torch.cat([past_kv[1], v], 1)
+        new, total = q.shape[1], k.shape[1]
+        s = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)
+        hidden = torch.triu(torch.ones(new, total, dtype=torch.bool), diagonal=total - new + 1)
+        if self.KIND == "queries":  # the mask applied to the queries (rows) instead of the keys
+            hidden = hidden | ~attention_mask[:, -new:, None][:, None]
+        elif self.KIND == "inverted":
+            hidden = hidden | attention_mask[:, None, None, :]
+        else:
+            hidden = hidden | ~attention_mask[:, None, None, :]
+        fill = float("-inf") if self.KIND == "neg_inf" else self.IGNORE
+        p = s.masked_fill(hidden, fill).softmax(-1)
+        z = einops.einsum(p, v, "b n q k, b k n h -> b q n h")
+        return einops.einsum(z, self.W_O, "b q n h, n h m -> b q m") + self.b_O, (k, v)
+
+
+def padded_model_with(kind):
+    attn = type("PaddedAttention", (PaddedAttentionWith,), {"KIND": kind})
+
+    class Model(PT):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            for block in self.blocks:
+                block.attn = attn(cfg)
+
+        def forward(self, tokens, attention_mask, past_kvs=None):
+            offset = 0 if past_kvs is None else past_kvs[0][0].shape[1]
+            new = tokens.shape[1]
+            if offset + new > self.cfg.n_ctx:
+                raise ValueError(f"more than n_ctx = {self.cfg.n_ctx}")
+            if kind == "arange":  # positions from the padded start, as KVCacheTransformer counts them
+                positions = torch.arange(offset, offset + new)[None]
+            elif kind == "prompt_only":  # the mask's count for the prompt, the padded length after it
+                counted = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+                positions = counted if past_kvs is None else torch.arange(offset, offset + new)[None]
+            else:
+                positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]
+            residual = self.embed(tokens) + self.pos_embed.W_pos[positions]
+            kvs = []
+            for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):
+                out, kv = block.attn(block.ln1(residual), past, attention_mask)
+                residual = residual + out
+                residual = residual + block.mlp(block.ln2(residual))
+                kvs.append(kv)
+            return self.unembed(self.ln_final(residual)), kvs
+
+    Model.__name__ = "PaddedTransformer"
+    return lambda: harness.padded_transformer_test(Model)
+
+
+T = "padded_transformer_test"
+add(T, "", lambda: harness.padded_transformer_test(PT))
+add(T, "", padded_model_with(""))  # the same model written with einops: accepted
+add(T, "the mask never reaches the attention", padded_model_with("no_mask"), "padding is attended")
+add(T, "positions from the padded start", padded_model_with("arange"), "counted from the padded start")
+add(T, "-inf fill: a pad's row is NaN", padded_model_with("neg_inf"), "not finite", "-inf")
+add(T, "mask used the wrong way round", padded_model_with("inverted"), "wrong way round")
+add(T, "mask on the queries, not the keys", padded_model_with("queries"), "padding is attended", "keys")
+add(T, "new tokens at the padded length", padded_model_with("prompt_only"), "padded length")
+
+
+def padded_generate_with(kind):
+    def fn(model, prompts, max_new_tokens, eos_token_id=50256, pad_token_id=50256):
+        tokens, mask = c07.left_pad(prompts, pad_token_id)
+        if kind == "right":
+            tokens, _ = left_pad_right(prompts, pad_token_id)
+        if kind in ("ones", "right"):
+            mask = torch.ones_like(mask)
+        finished = torch.zeros(len(prompts), dtype=torch.bool)
+        logits, past = model(tokens, mask)
+        for step in range(max_new_tokens):
+            nxt = logits[:, -1].argmax(-1)
+            if kind != "no_padding":
+                fill = eos_token_id if kind == "eos_fill" else pad_token_id
+                nxt = torch.where(finished, torch.full_like(nxt, fill), nxt)
+            tokens = torch.cat([tokens, nxt[:, None]], 1)
+            finished |= nxt == eos_token_id
+            done = finished.any() if kind == "any" else finished.all()
+            if (done and kind != "all_steps") or step == max_new_tokens - 1:
+                break
+            if kind != "mask_fixed":
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            if kind == "no_cache":
+                logits, _ = model(tokens, mask)
+            else:
+                logits, past = model(nxt[:, None], mask, past)
+        return tokens
+
+    return lambda: harness.padded_generate_test(fn, PT)
+
+
+def left_pad_right(prompts, pad):
+    longest = max(len(p) for p in prompts)
+    tokens = torch.full((len(prompts), longest), pad, dtype=torch.long)
+    for row, p in enumerate(prompts):
+        tokens[row, : len(p)] = torch.tensor(p)
+    return tokens, None
+
+
+T = "padded_generate_test"
+add(T, "", lambda: harness.padded_generate_test(c07.padded_generate, PT))
+add(T, "right padding, no mask", padded_generate_with("right"), "padded on the right")
+add(T, "a mask of all True", padded_generate_with("ones"), "mask of all true")
+add(T, "the mask not grown", padded_generate_with("mask_fixed"), "one column longer")
+add(T, "finished rows go on", padded_generate_with("no_padding"), "went on generating")
+add(T, "finished rows padded with eos", padded_generate_with("eos_fill"), "pad_token_id")
+add(T, "stops when one row finishes", padded_generate_with("any"), "every row")
+add(T, "runs every step", padded_generate_with("all_steps"), "ran all")
+add(T, "recomputes the whole sequence", padded_generate_with("no_cache"), "tokens per forward", "cache")
+
 # ---------------------------------------------------------------------------------------------------------------
 # 08: interpretability
 c08 = components("08_interpretability")
