@@ -22,6 +22,7 @@ from harness.kv_cache_checks import _learner_model, _step
 __all__ = ["left_pad_test", "padded_generate_test", "padded_transformer_test"]
 
 _CFG = Config(d_model=32, n_heads=4, d_head=8, d_mlp=64, n_layers=2, n_ctx=16, d_vocab=61)
+_CFG_OTHER = Config(d_model=24, n_heads=2, d_head=12, d_mlp=40, n_layers=2, n_ctx=12, d_vocab=37)  # no size hard-coded
 
 
 def _course_model(cfg: Config, seed: int):
@@ -154,7 +155,16 @@ def padded_transformer_test(PaddedTransformer) -> None:
     """Checks `PaddedTransformer(cfg)`, whose forward is `(tokens [batch new], attention_mask [batch offset+new],
     past_kvs=None) -> (logits [batch new d_vocab], past_kvs)`: each row gives what its prompt gives alone."""
     name = getattr(PaddedTransformer, "__name__", "PaddedTransformer")
-    cfg = _CFG
+    for cfg in (_CFG, _CFG_OTHER):
+        label = name if cfg is _CFG else f"{name} (d_head={cfg.d_head}, n_ctx={cfg.n_ctx})"
+        _padded_transformer_case(PaddedTransformer, cfg, label)
+    print(
+        f"{name} passed: each row of a left-padded batch gives its prompt's logits alone, with and without the cache; "
+        "a context filled to n_ctx works and one token more is refused; for two configurations."
+    )
+
+
+def _padded_transformer_case(PaddedTransformer, cfg: Config, name: str) -> None:
     course = _course_model(cfg, seed=5)
     model = _learner_model(PaddedTransformer, course, cfg)
     gen = torch.Generator().manual_seed(6)
@@ -206,9 +216,30 @@ def padded_transformer_test(PaddedTransformer) -> None:
                 f"{what}: the prompt was right but the new token's logits differ from its prompt run alone: "
                 f"{mismatch_summary(logits, want, 1e-4, 1e-4)}."
             )
-    print(
-        f"{name} passed: each row of a left-padded batch gives its prompt's logits alone, with and without the cache."
-    )
+        # The context's edge: the cache plus new tokens may fill n_ctx exactly (the last step is one token, fewer
+        # than the rows: a limit taken on the batch size shows); one token more must be refused.
+        cached = tokens.shape[1] + new.shape[1]
+        rest = torch.randint(0, cfg.d_vocab, (3, cfg.n_ctx - cached), generator=gen)
+        for chunk in (rest[:, :-1], rest[:, -1:]):
+            full_mask = torch.cat([full_mask, torch.ones_like(chunk, dtype=torch.bool)], dim=1)
+            filled = full_mask.shape[1]
+            what = f"{name}({chunk.shape[1]} new tokens, {filled - chunk.shape[1]} cached, n_ctx = {cfg.n_ctx})"
+            try:
+                _, kvs = _step_with_mask(model, chunk, full_mask, kvs, what)
+            except AssertionError as err:
+                fail(f"{what} failed ({str(err).splitlines()[0]}), but a context filled up to n_ctx is allowed.")
+        full_mask = torch.cat([full_mask, torch.ones_like(mask[:, :1])], dim=1)
+        what = f"{name}(one token after {cfg.n_ctx} cached, n_ctx = {cfg.n_ctx})"
+        try:
+            _step_with_mask(model, rest[:, :1], full_mask, kvs, what)
+        except AssertionError as err:
+            cause = err.__cause__
+            if not (isinstance(cause, ValueError) and "n_ctx" in str(cause)):
+                fail(f"{what} failed without a ValueError naming n_ctx ({str(err).splitlines()[0]}): raise one.")
+        else:
+            fail(
+                f"{what} returned logits: past n_ctx there is no positional embedding. Raise a ValueError naming n_ctx."
+            )
 
 
 def _step_with_mask(model, tokens: Tensor, mask: Tensor, past, what: str):
@@ -250,10 +281,24 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
         t for s, t in enumerate(plain[0]) if s >= 1 and first(plain[0], t) == s and max(first(r, t) for r in plain) > s
     )
     late = next(t for s, t in enumerate(plain[1]) if s >= 2 and first(plain[1], t) == s)
+    fits = cfg.n_ctx + 1 - max(len(p) for p in prompts)  # the last new token is never fed back: n_ctx + 1 fit
     cases = (
         (prompts, 6, never, never, "an end-of-text id no row emits, padding with it"),
-        (prompts, 6, early, other, f"rows that emit the end-of-text id as new token {[first(r, early) + 1 for r in plain]}"),
-        ([prompts[1]], 6, late, other, f"one prompt that emits the end-of-text id as new token {first(plain[1], late) + 1}"),
+        (prompts, fits, cfg.d_vocab, 0, f"{fits} new tokens: the padded prompt plus them is n_ctx + 1"),
+        (
+            prompts,
+            6,
+            early,
+            other,
+            f"rows that emit the end-of-text id as new token {[first(r, early) + 1 for r in plain]}",
+        ),
+        (
+            [prompts[1]],
+            6,
+            late,
+            other,
+            f"one prompt that emits the end-of-text id as new token {first(plain[1], late) + 1}",
+        ),
     )
     lengths, calls = [], []
     hook = model.embed.register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[-1]))
@@ -277,8 +322,13 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
             with torch.no_grad():
                 try:
                     got = call(padded_generate, model, [list(p) for p in batch], max_new, eos, pad, what=what)
-                except AssertionError:
+                except AssertionError as err:
                     _name_mask_length(calls, what)
+                    if max_new == fits and "n_ctx" in str(err.__cause__ or ""):
+                        fail(
+                            f"{what} failed ({str(err).splitlines()[0]}), but the model never needs more than "
+                            f"n_ctx = {cfg.n_ctx} positions here: the last new token needs no forward of its own."
+                        )
                     raise
             _name_mask_length(calls, what)
             expected = _expected_batch(course, batch, max_new, eos, pad)

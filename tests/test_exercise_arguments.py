@@ -38,6 +38,10 @@ UNVARIED: dict[tuple[str, str], str] = {
     ("pos_embed", "PosEmbed.forward: tokens frozen"): (
         "the positional embedding depends on the tokens' shape only, and the replacement keeps the shape"
     ),
+    ("padded_transformer", "PaddedAttention: cfg.n_ctx frozen"): (
+        "the attention never reads n_ctx; the cell's other class, PaddedTransformer, does (its context's edge is "
+        "checked, and freezing n_ctx there is caught)"
+    ),
     ("apply_causal_mask", "apply_causal_mask: ignore frozen"): (
         "the check accepts any masking value of -1e4 or below, -inf included (the exercise text allows either): "
         "`ignore` is a convenience, not part of the contract"
