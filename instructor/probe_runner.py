@@ -475,6 +475,10 @@ def _record_end() -> None:
     """Called after the call, inside the record: its event is there only if the record ran to the end."""
 
 
+class RecordUnreadable(Exception):
+    """The profiler's events could not be read: the probe is run again (`run_probes`)."""
+
+
 def _record(call):
     """`call()`'s result and the names of everything the profiler recorded while it ran in this thread, operators
     and Python functions alike (learner code has no other thread: `no_new_tasks`); None for the names if the
@@ -484,7 +488,12 @@ def _record(call):
         out = call()
         intact = _ENABLED() and _GETPROFILE() is tracer
         _record_end()
-    ran = {str(event.name) for event in record.events()}
+    try:
+        ran = {str(event.name) for event in record.events()}
+    except UnicodeDecodeError as err:
+        # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
+        # compiled and freed while it recorded, the first time something runs); the call is made again.
+        raise RecordUnreadable(str(err)) from None
     ended = any(name.endswith("): _record_end") and "probe_runner.py(" in name for name in ran)
     return out, ran if intact and ended else None
 
@@ -541,7 +550,13 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) 
             limit = max(0.5, min(timeout, left))
             signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
             try:
-                outputs.update(_run_one(probe, namespace, request["tensors"]))
+                for attempt in range(3):
+                    try:
+                        outputs.update(_run_one(probe, namespace, request["tensors"]))
+                        break
+                    except RecordUnreadable as err:
+                        if attempt == 2:
+                            raise ProbeError(f"the record of what {probe['target']} ran could not be read: {err}")
             except ProbeTimeout:
                 errors[probe["name"]] = f"ran past its {limit:.0f} s limit"
             except ProbeError as err:

@@ -6,8 +6,10 @@ installs the guards of `instructor.guards`, then executes the plan of `instructo
 cells, the learner's definitions and the course's test cells, in the course's order, each step under a time
 limit. It writes one JSON line per test to a result file. The template stops a child that runs past the
 notebook's time limit; the tests not reported by then count as failed. When the grader sends a probe request
-(`instructor.judge`), the child reads it before any learner code runs and, once the plan has run, runs the probes
-on the learner's definitions (`instructor.probe_runner`): the judge compares their outputs outside the sandbox.
+(`instructor.judge`), a child of the probe template (below: a process without the oracles) reads it before any
+learner code runs, runs the learner's definitions and then the probes (`instructor.probe_runner`); the judge
+compares their outputs outside the sandbox. Without the sandbox, and for notebook 08, the re-check child runs them
+after its plan.
 
     python -m instructor.recheck --serve          # the template (driven by instructor.grade over stdin/stdout)
     python -m instructor.recheck PLAN.json OUT.jsonl [--probes DIR]  # one plan, in this process (for debugging)
@@ -266,6 +268,52 @@ def run_plan(
     Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout, protected, token, probes).run()
 
 
+def probe_steps(steps: list[dict]) -> list[dict]:
+    """What a probe child runs of a plan: the learner's definitions (those the re-check runs) and the given cells
+    they need, directly or through other given cells; no test cell."""
+    needed: set[str] = set()
+    kept = []
+    for step in reversed(steps):
+        if step["kind"] == "learner" and not (step.get("error") or step.get("findings")):
+            needed |= set(step.get("uses", [])) | set(step.get("binds", []))
+            kept.append(step)
+        elif step["kind"] == "given" and (step.get("definitions") or needed & set(step.get("binds", []))):
+            needed |= set(step.get("uses", []))
+            kept.append(step)
+    return kept[::-1]
+
+
+def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float, probes) -> None:
+    """The learner's definitions and the given cells they need, statement by statement (a statement that fails,
+    such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes."""
+    import ast
+
+    signal.signal(signal.SIGALRM, _alarm)
+    deadline = time.monotonic() + notebook_timeout
+    runner = Runner(plan, out, cell_timeout, deadline)
+    module = types.ModuleType("__notebook__")
+    sys.modules["__notebook__"] = module
+    ns = module.__dict__
+    ns["__builtins__"] = builtins
+    ns["get_ipython"] = _IPythonStub()
+    for step in probe_steps(plan["steps"]):
+        if time.monotonic() > deadline:
+            break
+        try:
+            statements = ast.parse(step["code"]).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for statement in statements:
+            error = runner.execute(ast.unparse(statement), step["filename"], ns)
+            if error:
+                print(f"{step['filename']}: {error}", file=sys.stderr)
+    if probes is not None:
+        from instructor.probe_runner import run_probes
+
+        run_probes(probes, ns, timeout=min(30.0, cell_timeout), deadline=deadline)
+    runner.emit(type="done")
+
+
 def _load_probes(folder: str | None, uid: int | None):
     """The judge's request, read while the child is still root (its files are root's), and its out/ folder made
     for the child's uid; None (the judge then reports no output) if there is none or it cannot be read."""
@@ -287,8 +335,102 @@ def _load_probes(folder: str | None, uid: int | None):
 _ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `component` cells, read before any fork
 
 
-def preload(kernels: bool = False, solutions: str | None = None) -> None:
-    """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model."""
+# ---------------------------------------------------------------------- the probe template
+# The judge's probes run in children of a second template that never imported the course's oracles and cannot
+# read them: TransformerLens and `transformers` are covered by empty folders in its mount namespace, and `harness`
+# by one holding only its plain parts (the configuration, the course's components, the tokenizer), its other public
+# names standing in as functions that raise. Nothing in a probe child can produce an answer but the learner's code
+# and the course's components of earlier notebooks. Notebook 08's exercises are to use TransformerLens's model and
+# cache: its probes run in the re-check child, where the record refuses TransformerLens's ready-made answers.
+BESIDE_ORACLES = {"08_interpretability"}
+HIDDEN_PACKAGES = ("transformer_lens", "transformers")
+PLAIN_HARNESS = ("config", "course", "tokenizer")
+
+
+def _package_dirs(name: str) -> list[str]:
+    """Where a package would be imported from, found without importing it: the folder as Python names it and,
+    where a link leads there, the folder itself (the sandbox binds an environment at both paths)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    found = []
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for path in (os.path.abspath(location), os.path.realpath(location)):
+            if path not in found:
+                found.append(path)
+    return found
+
+
+def probe_harness(real: str) -> dict[str, str]:
+    """The files of `harness` as the probe template sees it: its plain modules, and an `__init__` that imports
+    their public names and answers every other name of the real `__all__` with a function that raises."""
+    import ast
+
+    with open(os.path.join(real, "__init__.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    public: list[str] = []
+    lines = ['"""The course\'s harness as the judge\'s probes see it: no checks, no reference models."""', ""]
+    present: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            public = list(ast.literal_eval(node.value))
+        elif isinstance(node, ast.ImportFrom) and node.module in {f"harness.{m}" for m in PLAIN_HARNESS}:
+            lines.append(ast.unparse(node))
+            present |= {alias.asname or alias.name for alias in node.names}
+    absent = sorted(set(public) - present)
+    lines += [
+        "",
+        f"__all__ = {sorted(present)!r}",
+        f"_ABSENT = frozenset({absent!r})",
+        "",
+        "",
+        "def __getattr__(name):",
+        "    if name not in _ABSENT:",
+        "        raise AttributeError(f\"module 'harness' has no attribute {name!r}\")",
+        "",
+        "    def absent(*args, **kwargs):",
+        '        raise RuntimeError(f"harness.{name} is not available while the judge runs your code")',
+        "",
+        "    absent.__name__ = absent.__qualname__ = name",
+        "    return absent",
+        "",
+    ]
+    files = {"__init__.py": "\n".join(lines)}
+    for module in PLAIN_HARNESS:
+        with open(os.path.join(real, f"{module}.py"), encoding="utf-8") as f:
+            files[f"{module}.py"] = f.read()
+    return files
+
+
+def hide_oracles() -> None:
+    """In a new mount namespace (this process's, before it imports anything of the course): TransformerLens and
+    `transformers` covered by empty read-only folders, `harness` by its plain parts (`probe_harness`)."""
+    from instructor.sandbox import _MS_NODEV, _MS_NOSUID, _MS_PRIVATE, _MS_REC, _libc, _mount
+
+    harness_dirs = _package_dirs("harness")
+    files = probe_harness(harness_dirs[0])
+    hidden = [folder for name in HIDDEN_PACKAGES for folder in _package_dirs(name)]
+    libc = _libc()
+    if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+        import ctypes
+
+        raise OSError(ctypes.get_errno(), "unshare")
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    ms_rdonly, ms_remount = 0x1, 0x20
+    for folder in hidden:
+        _mount(libc, "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV | ms_rdonly, "size=64k,mode=0555")
+    for harness_dir in harness_dirs:
+        _mount(libc, "tmpfs", harness_dir, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4m,mode=0755")
+        for name, text in files.items():
+            with open(os.path.join(harness_dir, name), "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(os.path.join(harness_dir, name), 0o644)
+        _mount(libc, None, harness_dir, None, ms_remount | _MS_NOSUID | _MS_NODEV | ms_rdonly, "size=4m,mode=0755")
+
+
+def preload(kernels: bool = False, solutions: str | None = None, probes_only: bool = False) -> None:
+    """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model; in the
+    probe template (`probes_only`), torch, einops, jaxtyping, safetensors and harness's plain parts only."""
     # No library may need a thread of its own in a child (`probe_runner.no_new_tasks`): tokenizers' pool off, and
     # `transformers` loads a checkpoint in the calling thread.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -299,6 +441,20 @@ def preload(kernels: bool = False, solutions: str | None = None) -> None:
     import einops  # noqa: F401
     import jaxtyping  # noqa: F401
     import matplotlib  # noqa: F401 - not pyplot: a kernel picks its own backend
+
+    if probes_only:
+        # What the record (torch's profiler) imports the first time it runs, some 800 modules: here, once, as
+        # the re-check template has them through TransformerLens, not in every child under its limits.
+        import safetensors.torch  # noqa: F401
+        import torch._dynamo
+        import torch.profiler.python_tracer
+
+        import harness  # its plain parts (hide_oracles)
+        import instructor.probe_runner  # noqa: F401
+
+        if solutions:
+            _answers_from(solutions)
+        return
     import transformer_lens  # noqa: F401
 
     import harness
@@ -374,7 +530,12 @@ def _limit_memory(extra: int) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
+def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
+    """In the probe template: the learner's definitions, then the judge's probes (`run_probe_plan`)."""
+    _child(job, confinement, slot, result_fd, log_fd, probes_only=True)
+
+
+def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probes_only: bool = False) -> None:
     """A re-check: run one plan, its records to `result_fd`, its output to `log_fd`."""
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -406,6 +567,9 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> No
     out = os.fdopen(result_fd, "w", buffering=1, encoding="utf-8")
     token = job.pop("token", "")
     job.clear()
+    if probes_only:
+        run_probe_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], probes)
+        return
     run_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], plan.get("_protected", ()), token, probes)
 
 
@@ -460,13 +624,21 @@ def serve(
     cgroup: str | None = None,
     extra_cgroups: dict[str, str] | None = None,
     scratch: list[str] = (),
+    probes_only: bool = False,
 ) -> int:
     """The template: re-check jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher.
 
     Replies on stdout: {"ready"}, {"id", "event"} for each record a re-check writes, and {"id", "status",
-    "returncode", "wall", "log"} when it has ended and everything it started is gone."""
+    "returncode", "wall", "log"} when it has ended and everything it started is gone.
+
+    Sandboxed, it first forks the probe template (`probes_only`: the same loop, in a mount namespace without the
+    oracles, forking `_probe_child`); a job's probes go there, the rest of the job to a re-check child here, and the
+    job is reported once both have ended."""
     import socket
 
+    probe_template = None
+    if sandboxed and not probes_only:
+        probe_template = _start_probe_template(cgroup, extra_cgroups, scratch)
     fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -476,7 +648,7 @@ def serve(
     if sandboxed:
         from instructor.sandbox import INSIDE_PRIVATE, Confinement
 
-        confinement = Confinement(cgroup, extra_cgroups, scratch)
+        confinement = Confinement(cgroup, extra_cgroups, scratch, family=1 if probes_only else 0)
         solutions = os.path.join(INSIDE_PRIVATE, "solutions")
         if os.path.isdir(solutions):
             # the answers are read once, as root; the children, under their own uids, cannot reach the folder
@@ -490,10 +662,29 @@ def serve(
             os.unlink(kernel_socket + ".tmp")
         listener.bind(kernel_socket + ".tmp")
         listener.listen(16)
-    preload(kernels=listener is not None, solutions=solutions)
+    preload(kernels=listener is not None, solutions=solutions, probes_only=probes_only)
+    if probe_template is not None:
+        probe_template = _await_ready(probe_template)
     if listener is not None:
         os.rename(kernel_socket + ".tmp", kernel_socket)  # launchers connect only once the template is warm
     out.write(json.dumps({"ready": True}) + "\n")
+    split: dict[str, dict | None] = {}  # job id -> the probe template's reply, None while its child runs
+    held: dict[str, dict] = {}  # job id -> the re-check's reply, waiting for the probes'
+    probe_lines = b""
+
+    def probes_ended(job_id: str, reply: dict) -> None:
+        split[job_id] = reply
+        if job_id in held:
+            finish(held.pop(job_id))
+
+    def finish(reply: dict) -> None:
+        probes = split.pop(reply["id"], None)
+        if probes is not None:
+            reply["log"] += f"\n[the judge's probes: {probes.get('status')}, {probes.get('wall', 0):.1f} s]\n"
+            reply["log"] += probes.get("log", "")[-(32 << 10) :]
+        if not closed:
+            out.write(json.dumps(reply) + "\n")
+
     children: dict[int, dict] = {}
     kernels: dict[int, socket.socket] = {}  # kernel pid -> its launcher's connection
     slots: dict[int, int] = {}  # child pid -> its confinement slot
@@ -561,16 +752,39 @@ def serve(
         if listener is not None and not closed:
             watch += [listener, *pending, *kernels.values()]
         watch += list(streams)
+        if probe_template is not None:
+            watch.append(probe_template["from"])
         readable = select.select(watch, [], [], 0.05)[0] if watch else []
         if not watch:
             time.sleep(0.05)
         for source in readable:
+            if probe_template is not None and source == probe_template["from"]:
+                data = os.read(source, 1 << 20)
+                probe_lines += data
+                while b"\n" in probe_lines:
+                    line, probe_lines = probe_lines.split(b"\n", 1)
+                    try:
+                        reply = json.loads(line)
+                    except ValueError:
+                        continue
+                    if "status" in reply and reply.get("id") in split:
+                        probes_ended(reply["id"], reply)
+                if not data:  # the probe template is gone: its jobs end without outputs (the judge fails them)
+                    print("the probe template stopped; later probes run in the re-check children", file=sys.stderr)
+                    os.close(source)
+                    probe_template = None
+                    for job_id in [k for k, v in split.items() if v is None]:
+                        probes_ended(job_id, {"status": "lost", "log": "the probe template stopped"})
+                continue
             if source == 0:
                 data = os.read(0, 1 << 20)
                 if not data:
                     closed = True
                     for pid in [*children, *kernels]:
                         _kill(pid)
+                    if probe_template is not None:
+                        os.close(probe_template["to"])  # it ends its children and exits
+                        probe_template["to"] = -1
                 buffer += data
             elif isinstance(source, int):
                 drain(source)
@@ -611,9 +825,19 @@ def serve(
             plan["_cell_timeout"] = job["cell_timeout"]
             plan["_notebook_timeout"] = job["notebook_timeout"]
             plan["_protected"] = job.get("protected", [])
+            if probe_template is not None and job.get("probes") and plan.get("notebook") not in BESIDE_ORACLES:
+                request = {k: job.get(k) for k in ("id", "plan", "probes", "memory_bytes", "notebook_timeout")}
+                request |= {"cell_timeout": job["cell_timeout"]}
+                try:
+                    os.write(probe_template["to"], (json.dumps(request) + "\n").encode())
+                    split[job["id"]] = None
+                    job = dict(job, probes=None)
+                except OSError:
+                    pass  # gone: the probes run in the re-check child, as without a sandbox
             result_r, result_w = os.pipe()
             log_r, log_w = os.pipe()
-            pid = fork(_child, job, keep=(result_w, log_w))
+            target = _probe_child if probes_only else _child
+            pid = fork(target, job, keep=(result_w, log_w))
             os.close(result_w)
             os.close(log_w)
             streams[result_r] = (pid, "result")
@@ -634,6 +858,8 @@ def serve(
                 break
             if pid == 0:
                 break
+            if probe_template is not None and pid == probe_template["pid"]:
+                continue  # its end shows as the end of its output, above
             _kill(pid)  # anything the learner's code left running in the child's session
             if confinement is not None and pid in slots:
                 confinement.reap(slots.pop(pid))  # ... or anywhere else
@@ -666,8 +892,10 @@ def serve(
                 "wall": time.monotonic() - info["start"],
                 "log": info["log"].decode("utf-8", errors="replace")[-(128 << 10) :],
             }
-            if not closed:
-                out.write(json.dumps(reply) + "\n")
+            if split.get(info["id"], False) is None:
+                held[info["id"]] = reply  # its probes still run in the probe template
+            else:
+                finish(reply)
         now = time.monotonic()
         for pid, info in children.items():
             if not info["killed"] and now > info["deadline"]:
@@ -679,12 +907,62 @@ def serve(
             for stream in list(streams):  # the grader is gone: nothing more to forward
                 os.close(stream)
                 del streams[stream]
+    if probe_template is not None:
+        if probe_template["to"] >= 0:
+            os.close(probe_template["to"])
+        try:
+            os.waitpid(probe_template["pid"], 0)
+        except ChildProcessError:
+            pass
     if listener is not None:
         listener.close()
         for path in (kernel_socket, kernel_socket + ".tmp"):
             if os.path.exists(path):
                 os.unlink(path)
     return 0
+
+
+def _start_probe_template(cgroup, extra_cgroups, scratch) -> dict | None:
+    """Fork the probe template before this process imports anything of the course: the child hides the oracles in
+    a mount namespace of its own (`hide_oracles`) and serves probe jobs (`serve(probes_only=True)`) over two pipes."""
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.dup2(to_r, 0)
+            os.dup2(from_w, 1)
+            for fd in (to_r, to_w, from_r, from_w):
+                os.close(fd)
+            hide_oracles()
+            code = serve(None, True, cgroup, extra_cgroups, scratch, probes_only=True)
+        except BaseException:  # noqa: BLE001 - the re-check template goes on and runs the probes itself
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(to_r)
+    os.close(from_w)
+    return {"pid": pid, "to": to_w, "from": from_r}
+
+
+def _await_ready(template: dict, timeout: float = 240.0) -> dict | None:
+    """The probe template once it says it is ready; None (probes then run in the re-check children) if it ends
+    or is not ready in time."""
+    end, data = time.monotonic() + timeout, b""
+    while time.monotonic() < end:
+        if select.select([template["from"]], [], [], 1.0)[0]:
+            chunk = os.read(template["from"], 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            if b'"ready"' in data:
+                return template
+    print("the probe template did not start: the probes run in the re-check children", file=sys.stderr)
+    _kill(template["pid"])
+    for fd in (template["to"], template["from"]):
+        os.close(fd)
+    return None
 
 
 def _kill(pid: int) -> None:

@@ -296,22 +296,32 @@ class Confinement:
     lives there) stays reachable. `scratch`: folders where children meet (the kernels' sockets), cleared of what a
     child left once it ends."""
 
-    def __init__(self, cgroup_dir: str | None, extra_cgroups: dict[str, str] | None = None, scratch: list[str] = ()):
+    def __init__(
+        self,
+        cgroup_dir: str | None,
+        extra_cgroups: dict[str, str] | None = None,
+        scratch: list[str] = (),
+        family: int = 0,
+    ):
         self.cgroup_dir = cgroup_dir if cgroup_dir and os.path.isdir(cgroup_dir) else None
         self.extra = {k: v for k, v in (extra_cgroups or {}).items() if v and os.path.isdir(v)}
         self.scratch = [p for p in scratch if p]
         self.counter = 0
         self.private_tmp = ""  # why the last child had no private /tmp ("" when it had one)
+        # Two templates fork children in one sandbox (the re-check's and the judge's probes'): each its own uids
+        # and cgroup names, so that neither can reap, signal or share a cgroup with the other's children.
+        self.family = family
+        self.prefix = "cb"[family]
 
     def next_slot(self) -> int:
         self.counter += 1
         return self.counter
 
     def uid(self, slot: int) -> int:
-        return UID_BASE + slot % UID_COUNT
+        return UID_BASE + self.family * UID_COUNT + slot % UID_COUNT
 
     def _join(self, folder: str, slot: int, limits: dict[str, str]) -> None:
-        group = os.path.join(folder, f"c{slot}")
+        group = os.path.join(folder, f"{self.prefix}{slot}")
         os.makedirs(group, exist_ok=True)
         for name, value in limits.items():
             path = os.path.join(group, name)
@@ -378,7 +388,7 @@ class Confinement:
             self.private_tmp = ""
         except OSError as err:  # no private mounts here: a fresh home all the same, made by root
             self.private_tmp = str(err)
-            home = f"/tmp/j{slot}"
+            home = f"/tmp/j{self.prefix}{slot}"
             shutil.rmtree(home, ignore_errors=True)  # never one that something else made first
             os.mkdir(home, 0o700)
             os.chown(home, uid, uid)
@@ -393,7 +403,7 @@ class Confinement:
     def reap(self, slot: int) -> None:
         """In the template, once a child has ended: kill anything it left behind (its cgroups; else its uid)."""
         for folder in filter(None, [self.cgroup_dir, *self.extra.values()]):
-            group = os.path.join(folder, f"c{slot}")
+            group = os.path.join(folder, f"{self.prefix}{slot}")
             for _ in range(100):
                 pids = _read_pids(Path(group) / "cgroup.procs")
                 for pid in pids:
@@ -418,7 +428,7 @@ class Confinement:
                         os.kill(int(entry), signal.SIGKILL)
                 except OSError:
                     pass
-        shutil.rmtree(f"/tmp/j{slot}", ignore_errors=True)
+        shutil.rmtree(f"/tmp/j{self.prefix}{slot}", ignore_errors=True)
         for folder in self.scratch:  # what it left where children meet (its sockets): removed
             _remove_owned_by(folder, uid)
 

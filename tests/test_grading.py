@@ -400,14 +400,10 @@ class LayerNorm(nn.Module):
         self.w = nn.Parameter(torch.ones(cfg.d_model))
         self.b = nn.Parameter(torch.zeros(cfg.d_model))
 
-    def forward(self, residual):
-        modules = getattr(torch, "s" + "ys").modules
-        ref = next(getattr(m, "reference") for m in list(modules.values())
-                   if type(getattr(m, "reference", None)).__name__ == "HookedTransformer")
-        theirs = type(ref.ln_final)(ref.cfg)
-        theirs.w, theirs.b = self.w, self.b
+    def forward(self, residual):  # the operator the exercise forbids, in a thread the record would not watch
+        norm = getattr(torch.nn.functional, "layer" + "_norm")
         with ThreadPoolExecutor(1) as pool:
-            return pool.submit(theirs.forward, residual).result()
+            return pool.submit(norm, residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps).result()
 """
 FORBIDDEN_CALL = WRONG_LAYERNORM.replace(
     "return residual * self.w + self.b  # no normalisation at all: wrong",
@@ -824,6 +820,50 @@ def test_plan_finds_exercises_and_slices_given_cells():
     assert plan["solutions"]["layernorm"]["found"]
 
 
+def test_the_probe_process_runs_the_learners_definitions_and_the_given_cells_they_need_only():
+    from instructor.recheck import probe_steps
+
+    sol = solution("07_sampling_and_kv_cache")
+    plan = build_plan(sol, sol, "07_sampling_and_kv_cache", notebook_names())
+    steps = probe_steps(plan["steps"])
+    assert {s["kind"] for s in steps} == {"given", "learner"}
+    assert len([s for s in steps if s["kind"] == "learner"]) == len(plan["solutions"])
+    given = [s for s in steps if s["kind"] == "given"]
+    assert any("Attention" in s["binds"] for s in given)  # KVCacheAttention subclasses it
+    assert len(given) < len([s for s in plan["steps"] if s["kind"] == "given"])  # demos and plots are not run
+
+
+def test_the_probe_processes_harness_holds_its_plain_parts_and_stands_in_for_the_rest(tmp_path):
+    """`probe_harness` writes what the probe template's `harness` is: a package that imports and runs without the
+    checks' or the reference's files, whose other public names raise when called."""
+    import harness
+    from instructor.recheck import PLAIN_HARNESS, probe_harness
+
+    folder = tmp_path / "harness"
+    folder.mkdir()
+    for name, text in probe_harness(os.path.dirname(harness.__file__)).items():
+        (folder / name).write_text(text)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["__init__.py", *(f"{m}.py" for m in PLAIN_HARNESS)])
+    code = (
+        "import harness\n"
+        "assert harness.Config(d_model=8).d_model == 8 and callable(harness.components)\n"
+        "from harness import Config, rand_float_test\n"
+        "try:\n    rand_float_test(None, None)\nexcept RuntimeError as err:\n    print(err)\n"
+        "try:\n    harness.sampling_checks\nexcept AttributeError as err:\n    print('AttributeError')\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); exec({code!r})"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "harness.rand_float_test is not available while the judge runs your code",
+        "AttributeError",
+    ], run.stdout
+
+
 def test_normalise_restores_a_deleted_test_and_fixes_ids():
     release = read_json(REPO_ROOT / "solutions" / f"{LN}.ipynb")  # stands in for the release: same metadata
     learner = as_colab(release)
@@ -853,6 +893,39 @@ def test_the_judge_alone_refuses_an_exercise_that_computes_in_a_thread(graded):
     verdicts = json.loads((graded["out"] / "course" / "recheck" / "thread_forward" / f"{LN}.judge.json").read_text())
     verdict = verdicts["verdicts"]["test_layernorm"]
     assert verdict["passed"] is False and "can't start new thread" in verdict["message"], verdict
+
+
+PROBE_VIEW = """
+import json, os, sys
+from instructor.recheck import HIDDEN_PACKAGES, _package_dirs, hide_oracles
+folders = {name: _package_dirs(name)[0] for name in ("harness", *HIDDEN_PACKAGES)}
+hide_oracles()
+import harness
+seen = {name: sorted(set(os.listdir(folder)) - {"__pycache__"}) for name, folder in folders.items()}
+try:
+    harness.load_reference_gpt2()
+except RuntimeError as err:
+    seen["load_reference_gpt2"] = str(err)
+seen["imported"] = sorted(m for m in ("transformer_lens", "transformers", "harness.checks") if m in sys.modules)
+print(json.dumps(seen))
+"""
+
+
+@needs_sandbox
+def test_the_judges_probes_run_where_no_oracle_exists():
+    """What the probe template sees once it has hidden the oracles (in a mount namespace of its own, as it does
+    before importing anything of the course): of harness only its plain modules, TransformerLens's and
+    transformers' folders empty, the reference model's loader a stand-in that raises."""
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE_VIEW], capture_output=True, text=True, check=False, cwd=REPO_ROOT, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.splitlines()[-1])
+    assert seen["harness"] == ["__init__.py", "config.py", "course.py", "tokenizer.py"], seen
+    assert seen["transformer_lens"] == [] and seen["transformers"] == [], seen
+    assert "not available while the judge runs your code" in seen["load_reference_gpt2"], seen
+    assert seen["imported"] == [], seen
+    assert os.listdir(os.path.join(REPO_ROOT, "harness")) != seen["harness"]  # this process's view is untouched
 
 
 @needs_sandbox
