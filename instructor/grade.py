@@ -988,6 +988,11 @@ class Grader:
 
     def _read_recheck(self, item: Item, reply: dict) -> dict:
         """The re-check's records, as the template relayed them; written to OUT by the grader only."""
+        if reply.get("probes_beside_oracles") and item.probes is not None:
+            item.flags.append(
+                "the judge's probes ran in the re-check child, beside the oracles (the probe template could not "
+                "start: see logs/recheck.log); the record alone refused them"
+            )
         self._judge(item)
         folder = self.course / "recheck" / item.student
         (folder / f"{item.notebook}.log").write_text(reply.get("log") or "", encoding="utf-8")

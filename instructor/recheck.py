@@ -825,13 +825,15 @@ def serve(
             plan["_cell_timeout"] = job["cell_timeout"]
             plan["_notebook_timeout"] = job["notebook_timeout"]
             plan["_protected"] = job.get("protected", [])
-            if probe_template is not None and job.get("probes") and plan.get("notebook") not in BESIDE_ORACLES:
+            beside = bool(sandboxed and job.get("probes") and plan.get("notebook") not in BESIDE_ORACLES)
+            if probe_template is not None and beside:
                 request = {k: job.get(k) for k in ("id", "plan", "probes", "memory_bytes", "notebook_timeout")}
                 request |= {"cell_timeout": job["cell_timeout"]}
                 try:
                     os.write(probe_template["to"], (json.dumps(request) + "\n").encode())
                     split[job["id"]] = None
                     job = dict(job, probes=None)
+                    beside = False
                 except OSError:
                     pass  # gone: the probes run in the re-check child, as without a sandbox
             result_r, result_w = os.pipe()
@@ -850,6 +852,7 @@ def serve(
                 "log": b"",
                 "partial": b"",
                 "status": None,
+                "beside": beside and not probes_only,  # probes that should have gone to the probe template
             }
         while True:
             try:
@@ -891,6 +894,7 @@ def serve(
                 "returncode": os.waitstatus_to_exitcode(info["status"]),
                 "wall": time.monotonic() - info["start"],
                 "log": info["log"].decode("utf-8", errors="replace")[-(128 << 10) :],
+                "probes_beside_oracles": info["beside"],
             }
             if split.get(info["id"], False) is None:
                 held[info["id"]] = reply  # its probes still run in the probe template
