@@ -260,8 +260,9 @@ def _alone(course, prompt: list[int], max_new: int, eos: int) -> list[int]:
 
 
 def padded_generate_test(padded_generate, PaddedTransformer) -> None:
-    """Checks `padded_generate(model, prompts: list[list[int]], max_new_tokens, eos_token_id)`: greedy, cached,
-    left-padded with eos_token_id, finished rows padded with it, stopping when every row has finished."""
+    """Checks `padded_generate(model, prompts: list[list[int]], max_new_tokens, eos_token_id, pad_token_id)`:
+    greedy, cached, left-padded with pad_token_id, finished rows padded with it, stopping when every row has
+    finished."""
     name = getattr(padded_generate, "__name__", "padded_generate")
     cfg = _CFG
     course = _course_model(cfg, seed=7)
