@@ -301,7 +301,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             # seeds it asked for are judged here
             "test_train_addition",
             "train_addition",
-            ("course_weights", ("06_training", "DemoTransformer")),
+            ("course_weights", ("05_full_gpt2", "DemoTransformer")),
             ("train_args", None),
             ("int", (1, 3)),
             ("addition_batches", (1, 2)),
@@ -314,7 +314,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             # a batch gives the same batches: the trained weights must match the course's loop, whatever the order
             "test_train",
             "train",
-            ("course_weights", ("06_training", "DemoTransformer")),
+            ("course_weights", ("05_full_gpt2", "DemoTransformer")),
             ("repeated", ("tokens", ("n_ctx",))),
             ("repeated", ("tokens", ("n_ctx",))),
             ("train_args", None),

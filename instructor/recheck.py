@@ -452,8 +452,8 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: bo
         import harness  # its plain parts (hide_oracles)
         import instructor.probe_runner  # noqa: F401
 
-        if solutions:
-            _answers_from(solutions)
+        # No answer is read here: each probe child reads those of the notebooks before its own, as root, after
+        # the fork (`_child`), so that no later answer is ever in its memory, not even freed.
         return
     import transformer_lens  # noqa: F401
 
@@ -469,12 +469,15 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: bo
         import ipykernel.kernelapp  # noqa: F401
 
 
-def _answers_from(folder: str) -> None:
-    """In the sandbox the solutions are in a root-only folder: harness.course reads their components from memory."""
+def _answers_from(folder: str, before: str | None = None) -> None:
+    """In the sandbox the solutions are in a root-only folder: harness.course reads their components from memory.
+    `before`: only the notebooks before this one are read (a probe child's: the rest never enters its memory)."""
     import harness
     from harness import course
 
     for name in sorted(os.listdir(folder)):
+        if before is not None and not name < before:
+            continue
         if name.endswith(".ipynb") and name[:2].isdigit():
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 cells = json.load(f)["cells"]
@@ -530,6 +533,12 @@ def _limit_memory(extra: int) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
+def _inside_private() -> str:
+    from instructor.sandbox import INSIDE_PRIVATE
+
+    return INSIDE_PRIVATE
+
+
 def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
     """In the probe template: the learner's definitions, then the judge's probes (`run_probe_plan`)."""
     _child(job, confinement, slot, result_fd, log_fd, probes_only=True)
@@ -548,7 +557,12 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probe
     plan = job["plan"]
     probes = _load_probes(job.get("probes"), confinement.uid(slot) if confinement is not None else None)
     if confinement is not None:
-        _forget_answers(plan.get("notebook"))
+        if probes_only:  # the answers of the notebooks before this one only (`preload`)
+            solutions = os.path.join(_inside_private(), "solutions")
+            if os.path.isdir(solutions):
+                _answers_from(solutions, before=plan.get("notebook") or "")
+        else:
+            _forget_answers(plan.get("notebook"))
         confinement.enter(slot, memory, keep=(result_fd,))
         if not confinement.cgroup_dir:
             _limit_memory(memory)

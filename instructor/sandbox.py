@@ -20,7 +20,10 @@ every Jupyter kernel and every re-check from there. What that gives each process
   mmaps;
 - the course's answers: the template reads the `component` cells of every solution notebook (which later
   notebooks build on) from a root-only directory inside the sandbox before any fork, and each child forgets the
-  ones of its own notebook and the later ones before it drops its privileges.
+  later ones before it drops its privileges (a kernel its own notebook's too); the probe template's children read
+  only the earlier ones, after the fork (`instructor.recheck`);
+- a network namespace of its own per child, with no interface up, and (but for kernels) no view of the kernels'
+  socket folder: children cannot talk to each other.
 
 `python -m instructor.grade --no-sandbox` runs the same template without any of this (every row is then flagged
 `unsandboxed`).
@@ -254,7 +257,7 @@ def bwrap_command(
 # the CPU (a cpu cgroup of its own at the default weight, so 48 busy processes in one child weigh as much as one
 # in the next student's).
 CHILD_PIDS = 256
-_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
+_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
 
 
@@ -345,7 +348,9 @@ class Confinement:
         """A new mount namespace: a fresh tmpfs on /tmp (root's; the child's home inside) and on /dev/shm, with
         every mount that was under /tmp bound back in. Returns the home."""
         libc = _libc()
-        if libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC) != 0:
+        # A network namespace of its own too, with no interface up: no child can reach another over loopback or
+        # an abstract Unix socket (a kernel, which may hold the oracles, serving answers to a judge's probe).
+        if libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWNET) != 0:
             import ctypes
 
             raise OSError(ctypes.get_errno(), "unshare")
@@ -386,6 +391,10 @@ class Confinement:
         try:
             home = self._private_tmp(uid, memory_bytes)
             self.private_tmp = ""
+            if not own:  # not a kernel: the kernels' socket folders are out of its sight (no socket to reach)
+                for folder in self.scratch:
+                    if os.path.isdir(folder):
+                        _mount(_libc(), "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV | 0x1, "size=4k,mode=0555")
         except OSError as err:  # no private mounts here: a fresh home all the same, made by root
             self.private_tmp = str(err)
             home = f"/tmp/j{self.prefix}{slot}"

@@ -907,6 +907,13 @@ try:
 except RuntimeError as err:
     seen["load_reference_gpt2"] = str(err)
 seen["imported"] = sorted(m for m in ("transformer_lens", "transformers", "harness.checks") if m in sys.modules)
+from instructor.recheck import _ANSWERS, _answers_from
+_answers_from(os.path.join(os.getcwd(), "solutions"), before="03_attention")  # as a probe child for 03 does
+seen["answers"] = sorted(_ANSWERS)
+try:
+    harness.components("03_attention")
+except (FileNotFoundError, ValueError) as err:
+    seen["own answers"] = str(err)
 print(json.dumps(seen))
 """
 
@@ -925,7 +932,54 @@ def test_the_judges_probes_run_where_no_oracle_exists():
     assert seen["transformer_lens"] == [] and seen["transformers"] == [], seen
     assert "not available while the judge runs your code" in seen["load_reference_gpt2"], seen
     assert seen["imported"] == [], seen
+    # a probe child reads the answers of the notebooks before its own, and no other (its own included)
+    assert seen["answers"] == ["00_tour", "01_layernorm", "02_embeddings"], seen
+    assert "Unknown notebook '03_attention'" in seen["own answers"], seen
     assert os.listdir(os.path.join(REPO_ROOT, "harness")) != seen["harness"]  # this process's view is untouched
+
+
+CHILDREN_TALK = """
+import os, socket, time
+from instructor.sandbox import Confinement
+
+confinement = Confinement(None, None, [])
+read, write = os.pipe()
+if os.fork() == 0:  # one child listens on loopback and on an abstract Unix socket
+    confinement.enter(confinement.next_slot(), 0, keep=(write,))
+    for family, address in ((socket.AF_INET, ("127.0.0.1", 7777)), (socket.AF_UNIX, "\\0tfs-answers")):
+        server = socket.socket(family)
+        server.bind(address)
+        server.listen(1)
+        os.write(write, b"listening ")
+    time.sleep(3)
+    os._exit(0)
+time.sleep(1.5)
+print(os.read(read, 100).decode())
+confinement.enter(confinement.next_slot(), 0)  # another child tries both
+for family, address in ((socket.AF_INET, ("127.0.0.1", 7777)), (socket.AF_UNIX, "\\0tfs-answers")):
+    try:
+        socket.socket(family).connect(address)
+        print("CONNECTED", family)
+    except OSError as err:
+        print("refused", err.errno)
+"""
+
+
+@needs_sandbox
+def test_no_child_can_reach_another_over_the_network():
+    """Every child has a network namespace of its own, with no interface up: a kernel (which holds the oracles)
+    cannot serve answers to a judge's probe over loopback or an abstract Unix socket."""
+    run = subprocess.run(
+        ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--unshare-pid", sys.executable, "-c", CHILDREN_TALK],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "listening listening" in run.stdout and "CONNECTED" not in run.stdout, run.stdout
+    assert run.stdout.count("refused") == 2, run.stdout
 
 
 @needs_sandbox

@@ -1306,3 +1306,17 @@ def test_earlier_notebooks_components_stay_allowed(tmp_path):
     namespace = course_with("04_mlp_and_block", "class MLP(nn.Module):", "class MLP(nn.Module):  # unchanged")
     verdicts = judge.verdicts(run("04_mlp_and_block", namespace, tmp_path))
     assert all(v["passed"] for v in verdicts.values()), verdicts
+
+
+def test_probes_run_in_the_probe_template_need_only_earlier_notebooks():
+    """A probe child holds the course's components of the notebooks before its own only (`recheck._child`): a probe
+    argument built from the graded notebook's own components could not be built there."""
+    from instructor.recheck import BESIDE_ORACLES
+
+    for notebook, probes in judge.PROBES.items():
+        if notebook in BESIDE_ORACLES:
+            continue
+        for probe in probes:
+            for kind, param in probe.args:
+                if kind in ("course_model", "course_weights", "hooked_course"):
+                    assert param[0] < notebook, (notebook, probe.grade_id, param)
