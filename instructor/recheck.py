@@ -683,11 +683,13 @@ def serve(
         os.rename(kernel_socket + ".tmp", kernel_socket)  # launchers connect only once the template is warm
     out.write(json.dumps({"ready": True}) + "\n")
     split: dict[str, dict | None] = {}  # job id -> the probe template's reply, None while its child runs
+    split_deadline: dict[str, float] = {}  # job id -> when its probes are given up (the probe template hangs)
     held: dict[str, dict] = {}  # job id -> the re-check's reply, waiting for the probes'
     probe_lines = b""
 
     def probes_ended(job_id: str, reply: dict) -> None:
         split[job_id] = reply
+        split_deadline.pop(job_id, None)
         if job_id in held:
             finish(held.pop(job_id))
 
@@ -846,6 +848,7 @@ def serve(
                 try:
                     os.write(probe_template["to"], (json.dumps(request) + "\n").encode())
                     split[job["id"]] = None
+                    split_deadline[job["id"]] = time.monotonic() + job["notebook_timeout"] + 90
                     job = dict(job, probes=None)
                     beside = False
                 except OSError:
@@ -915,6 +918,8 @@ def serve(
             else:
                 finish(reply)
         now = time.monotonic()
+        for job_id in [k for k, v in split.items() if v is None and now > split_deadline.get(k, float("inf"))]:
+            probes_ended(job_id, {"status": "lost", "log": "the probe template did not report this job in time"})
         for pid, info in children.items():
             if not info["killed"] and now > info["deadline"]:
                 info["killed"] = True
