@@ -405,27 +405,37 @@ def probe_harness(real: str) -> dict[str, str]:
 def hide_oracles() -> None:
     """In a new mount namespace (this process's, before it imports anything of the course): TransformerLens and
     `transformers` covered by empty read-only folders, `harness` by its plain parts (`probe_harness`)."""
-    from instructor.sandbox import _MS_NODEV, _MS_NOSUID, _MS_PRIVATE, _MS_REC, _libc, _mount
+    from instructor.sandbox import (
+        _CLONE_NEWNS,
+        _MS_NODEV,
+        _MS_NOSUID,
+        _MS_PRIVATE,
+        _MS_RDONLY,
+        _MS_REC,
+        _MS_REMOUNT,
+        _libc,
+        _mount,
+        cover,
+    )
 
     harness_dirs = _package_dirs("harness")
     files = probe_harness(harness_dirs[0])
     hidden = [folder for name in HIDDEN_PACKAGES for folder in _package_dirs(name)]
     libc = _libc()
-    if libc.unshare(0x00020000) != 0:  # CLONE_NEWNS
+    if libc.unshare(_CLONE_NEWNS) != 0:
         import ctypes
 
         raise OSError(ctypes.get_errno(), "unshare")
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
-    ms_rdonly, ms_remount = 0x1, 0x20
     for folder in hidden:
-        _mount(libc, "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV | ms_rdonly, "size=64k,mode=0555")
+        cover(libc, folder)
     for harness_dir in harness_dirs:
         _mount(libc, "tmpfs", harness_dir, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4m,mode=0755")
         for name, text in files.items():
             with open(os.path.join(harness_dir, name), "w", encoding="utf-8") as f:
                 f.write(text)
             os.chmod(os.path.join(harness_dir, name), 0o644)
-        _mount(libc, None, harness_dir, None, ms_remount | _MS_NOSUID | _MS_NODEV | ms_rdonly, "size=4m,mode=0755")
+        _mount(libc, None, harness_dir, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4m,mode=0755")
 
 
 def preload(kernels: bool = False, solutions: str | None = None, probes_only: bool = False) -> None:
@@ -533,12 +543,6 @@ def _limit_memory(extra: int) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _inside_private() -> str:
-    from instructor.sandbox import INSIDE_PRIVATE
-
-    return INSIDE_PRIVATE
-
-
 def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
     """In the probe template: the learner's definitions, then the judge's probes (`run_probe_plan`)."""
     _child(job, confinement, slot, result_fd, log_fd, probes_only=True)
@@ -558,7 +562,9 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probe
     probes = _load_probes(job.get("probes"), confinement.uid(slot) if confinement is not None else None)
     if confinement is not None:
         if probes_only:  # the answers of the notebooks before this one only (`preload`)
-            solutions = os.path.join(_inside_private(), "solutions")
+            from instructor.sandbox import INSIDE_PRIVATE
+
+            solutions = os.path.join(INSIDE_PRIVATE, "solutions")
             if os.path.isdir(solutions):
                 _answers_from(solutions, before=plan.get("notebook") or "")
         else:

@@ -258,7 +258,8 @@ def bwrap_command(
 # in the next student's).
 CHILD_PIDS = 256
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 
 
 def _libc():
@@ -274,6 +275,11 @@ def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int
     if libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def cover(libc, folder: str) -> None:
+    """`folder` hidden behind an empty read-only tmpfs (in this process's mount namespace)."""
+    _mount(libc, "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4k,mode=0555")
 
 
 def _mounts_under(top: str) -> list[str]:
@@ -394,7 +400,7 @@ class Confinement:
             if not own:  # not a kernel: the kernels' socket folders are out of its sight (no socket to reach)
                 for folder in self.scratch:
                     if os.path.isdir(folder):
-                        _mount(_libc(), "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV | 0x1, "size=4k,mode=0555")
+                        cover(_libc(), folder)
         except OSError as err:  # no private mounts here: a fresh home all the same, made by root
             self.private_tmp = str(err)
             home = f"/tmp/j{self.prefix}{slot}"

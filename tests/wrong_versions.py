@@ -1496,7 +1496,7 @@ add(T, "forgets to pass past_kvs", cached_generate_with("no_past"), "past_kvs")
 # Prompts of different lengths: left_pad, PaddedTransformer, padded_generate
 
 
-def left_pad_with(kind):
+def wrong_left_pad(kind):
     def fn(prompts, pad_token_id):
         longest = len(prompts[0]) if kind == "first_length" else max(len(p) for p in prompts)
         pad = 0 if kind == "pad_zero" else pad_token_id
@@ -1509,7 +1509,11 @@ def left_pad_with(kind):
             mask[row, slice(0, len(p)) if kind == "mask_first" else where] = 1
         return tokens, (~mask if kind == "inverted" else mask)
 
-    return lambda: harness.left_pad_test(fn)
+    return fn
+
+
+def left_pad_with(kind):
+    return lambda: harness.left_pad_test(wrong_left_pad(kind))
 
 
 T = "left_pad_test"
@@ -1599,7 +1603,7 @@ def padded_generate_with(kind):
     def fn(model, prompts, max_new_tokens, eos_token_id=50256, pad_token_id=50256):
         tokens, mask = c07.left_pad(prompts, pad_token_id)
         if kind == "right":
-            tokens, _ = left_pad_right(prompts, pad_token_id)
+            tokens, _ = wrong_left_pad("right")(prompts, pad_token_id)
         if kind in ("ones", "right"):
             mask = torch.ones_like(mask)
         finished = torch.zeros(len(prompts), dtype=torch.bool)
@@ -1623,14 +1627,6 @@ def padded_generate_with(kind):
         return tokens
 
     return lambda: harness.padded_generate_test(fn, PT)
-
-
-def left_pad_right(prompts, pad):
-    longest = max(len(p) for p in prompts)
-    tokens = torch.full((len(prompts), longest), pad, dtype=torch.long)
-    for row, p in enumerate(prompts):
-        tokens[row, : len(p)] = torch.tensor(p)
-    return tokens, None
 
 
 T = "padded_generate_test"
