@@ -160,7 +160,34 @@ HARNESS_ORACLES = tuple(
     for path in sorted((Path(__file__).resolve().parent.parent / "harness").glob("*.py"))
     if path.name not in _HARNESS_PLAIN
 )
-ORACLES = ("py:transformer_lens/", "py:transformers/", *HARNESS_ORACLES)
+# Torch carries Python implementations of its own operators, made of plain ones, that the dispatcher never sees
+# as the operator they implement: reference implementations (`torch._refs`, `torch._prims`), decomposition tables
+# (`torch._decomp`, and those of the compilers and exporters), the math fallbacks of higher-order ops (flex
+# attention) and the test suite's reference functions. `torch._refs.nn.functional.gelu(x, approximate="tanh")`
+# never runs aten::gelu, a decomposed `native_layer_norm` never runs aten::native_layer_norm (both scored full
+# marks before this rule). No exercise needs them: every probe is refused the packages, whatever name reached them.
+TORCH_INTERNAL_IMPLEMENTATIONS = tuple(
+    f"py:{package}" if package.endswith(".py") else f"py:{package}/"
+    for package in (
+        "torch/_refs",
+        "torch/_prims",
+        "torch/_prims_common",
+        "torch/_decomp",
+        "torch/_meta_registrations.py",
+        "torch/_inductor",
+        "torch/_functorch",
+        "functorch",
+        "torch/_higher_order_ops",
+        "torch/nn/attention",
+        "torch/_native",
+        "torch/_export",
+        "torch/export",
+        "torch/fx",
+        "torch/onnx",
+        "torch/testing",
+    )
+)
+ORACLES = ("py:transformer_lens/", "py:transformers/", *HARNESS_ORACLES, *TORCH_INTERNAL_IMPLEMENTATIONS)
 FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "01_layernorm": {"*": _NORMS},
     "03_attention": {"*": _ATTENTION + _MHA},

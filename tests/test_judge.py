@@ -1034,12 +1034,18 @@ LAYERNORM_BY_ANOTHER_NAME = {
     "torch.ops.aten": "torch.ops.aten.native_layer_norm(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "group_norm with one group": "torch.nn.functional.group_norm(residual.reshape(-1, residual.shape[-1], 1), 1, eps=self.cfg.layer_norm_eps).reshape(residual.shape) * self.w + self.b",
     "laundered through eval of a string": "eval('torch.nn.functional.lay' + 'er_norm')(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)",
+    "torch's reference implementation": "__import__('torch._refs')._refs.native_layer_norm(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
+    "torch's decomposition table": "__import__('torch._decomp')._decomp.decomposition_table[torch.ops.aten.native_layer_norm.default](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "TransformerLens's own LayerNorm": "__import__('transformer_lens').components.LayerNorm({'d_model': self.cfg.d_model, 'eps': self.cfg.layer_norm_eps, 'dtype': torch.float32, 'd_vocab': 1, 'n_ctx': 1, 'd_head': 1, 'n_layers': 1, 'act_fn': 'relu'})(residual) * self.w + self.b",
 }
 
 
 @pytest.mark.parametrize("route", sorted(LAYERNORM_BY_ANOTHER_NAME))
 def test_layernorm_by_any_other_name_fails_the_judge(route, tmp_path):
+    import torch._decomp
+    import torch._refs  # noqa: F401
+    import transformer_lens  # noqa: F401 - imported here, not under the probe's record, whose limit is 10 s
+
     code = NO_NORMALISATION.replace(
         "        return residual * self.w + self.b\n", _LN_BODY.format(call=LAYERNORM_BY_ANOTHER_NAME[route])
     )
@@ -1051,6 +1057,8 @@ def test_layernorm_by_any_other_name_fails_the_judge(route, tmp_path):
 ATTENTION_BY_ANOTHER_NAME = {
     "F.scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
     "the math kernel through torch.ops": "torch.ops.aten._scaled_dot_product_attention_math(q, k, v, is_causal=True)[0]",
+    "torch's decomposition table": "__import__('torch._decomp')._decomp.decomposition_table[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default](q, k, v, is_causal=True)[0]",
+    "flex attention's eager fallback": "__import__('torch.nn.attention.flex_attention').nn.attention.flex_attention.flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: torch.where(i >= j, s, -float('inf')))",
 }
 
 
@@ -1066,14 +1074,20 @@ def test_attention_by_any_other_name_fails_the_judge(route, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "call", ["torch.nn.functional.gelu(x, approximate='tanh')", "torch.ops.aten.gelu(x, approximate='tanh')"]
+    "call",
+    [
+        "torch.nn.functional.gelu(x, approximate='tanh')",
+        "torch.ops.aten.gelu(x, approximate='tanh')",
+        # torch's Python reference runs tanh, mul and add, never aten::gelu: refused as an implementation of torch's
+        "__import__('torch._refs.nn.functional')._refs.nn.functional.gelu(x, approximate='tanh')",
+    ],
 )
 def test_gelu_new_through_the_library_fails_the_judge(call, tmp_path):
     old = "    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))\n"
     verdict = verdict_of(
         "04_mlp_and_block", "test_gelu_new", course_with("04_mlp_and_block", old, f"    return {call}\n"), tmp_path
     )
-    assert not verdict["passed"] and "aten::gelu" in verdict["message"], verdict
+    assert not verdict["passed"] and "forbids (a library's implementation" in verdict["message"], verdict
 
 
 CROSS_ENTROPY_BY_ANOTHER_NAME = {
@@ -1081,6 +1095,10 @@ CROSS_ENTROPY_BY_ANOTHER_NAME = {
     "nn.CrossEntropyLoss": "torch.nn.CrossEntropyLoss()(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())",
     "F.nll_loss on log_softmax": (
         "torch.nn.functional.nll_loss(logits[:, :-1].log_softmax(-1).flatten(0, 1), tokens[:, 1:].flatten())"
+    ),
+    "torch's reference nll_loss": (
+        "__import__('torch._refs.nn.functional')._refs.nn.functional.nll_loss("
+        "logits[:, :-1].log_softmax(-1).flatten(0, 1), tokens[:, 1:].flatten())"
     ),
 }
 
@@ -1091,7 +1109,7 @@ def test_cross_entropy_through_the_library_fails_the_judge(route, tmp_path):
     new = f"    return {CROSS_ENTROPY_BY_ANOTHER_NAME[route]}\n"
     namespace = course_with("05_full_gpt2", old, new)
     verdict = verdict_of("05_full_gpt2", "test_cross_entropy_loss", namespace, tmp_path)
-    assert not verdict["passed"] and "aten::" in verdict["message"], (route, verdict)
+    assert not verdict["passed"] and "forbids (a library's implementation" in verdict["message"], (route, verdict)
 
 
 # What an exercise's text forbids ("without `F.gelu`"), and the judge's rule that refuses it in that notebook.
