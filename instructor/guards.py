@@ -110,6 +110,9 @@ INTROSPECTION_EVENTS = {
     "shutil.rmtree",
 }
 HELPER_FILES = ("inspect.py", "traceback.py", "linecache.py")
+# What Python itself adds to a module or class when honest code uses it: `warnings`' registry, and the slot names
+# `copy.copy(cfg)` and pickling cache on the class (a learner copying the course's `Config` lost the exercise).
+PYTHONS_OWN_CACHES = {"__warningregistry__", "__slotnames__"}
 GLOBAL_HOOKS = (
     "_global_backward_hooks",
     "_global_backward_pre_hooks",
@@ -462,7 +465,7 @@ class Guards:
                         self._restore(obj, key[0], name, value)
                 for name in set(now) - set(before):
                     value = now[name]
-                    if isinstance(value, types.ModuleType) or name == "__warningregistry__":
+                    if isinstance(value, types.ModuleType) or name in PYTHONS_OWN_CACHES:
                         continue
                     if not (strict or _is_behaviour(value)) or (key[0] == "m" and name.startswith("_") and not strict):
                         continue  # lazily created private caches

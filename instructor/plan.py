@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import re
 
 from instructor.course import cell_kind, cell_source, nbgrader_meta
 
+# `os`, `pathlib` and `io` are not here: honest code reads an environment variable or names a file with them, and
+# what they could do that matters (open the course's files, start a process, signal, change directory) is refused
+# where it runs (`instructor.guards`' audit hook, the sandbox, the kernel's process limit), whatever module reached it.
 FORBIDDEN_MODULES = {
     "builtins",
     "code",
@@ -39,7 +43,6 @@ FORBIDDEN_MODULES = {
     "inspect",
     "marshal",
     "multiprocessing",
-    "os",
     "pdb",
     "bdb",
     "pickle",
@@ -58,8 +61,6 @@ FORBIDDEN_MODULES = {
     "transformer_lens",
     "instructor",
     "nbgrader",
-    "pathlib",
-    "io",
     "unittest",
     "pytest",
     "cffi",
@@ -74,7 +75,6 @@ FORBIDDEN_NAMES = {
     "__import__",
     "globals",
     "locals",
-    "vars",
     "breakpoint",
     "open",
     "input",
@@ -167,8 +167,15 @@ FORBIDDEN_ATTRS = {
     "storage",
     "data_ptr",
 }
-ALLOWED_SELF_DUNDERS = {"__dict__"}  # self.__dict__: the learner's own object
 READABLE_DUNDERS = {"__class__"}  # x.__class__ is type(x): a harmless read on anything (assigning it stays refused)
+# `x.__dict__` and `vars(x)` read an object's attributes (`vars(args)`, a dataclass's fields): allowed; changing
+# another object through them (`torch.__dict__["allclose"] = ...`, `vars(m).update(...)`) is not, nor reading a
+# module's.
+DICT_DUNDER = "__dict__"
+_MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__", "__ior__"}
+# Modules that `setattr`, `vars` and `__dict__` may not reach (a learner's own objects they may), besides those the
+# code imports.
+MODULE_NAMES = {"torch", "nn", "F", "np", "numpy", "math", "einops", "functools", "jaxtyping", "harness"}
 
 
 _SUSPICIOUS_STRING = re.compile(r"__(code|globals|closure|builtins|subclasses|dict|class|bases|mro)__|f_back|f_locals")
@@ -199,10 +206,6 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _is_self_access(node: ast.Attribute) -> bool:
-    return isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
-
-
 def forbidden_calls(notebook: str) -> dict[str, str]:
     """{name: the full name of the call} that `notebook`'s exercises forbid."""
     from instructor.guards import FORBIDDEN_CALLS
@@ -214,8 +217,13 @@ def forbidden_calls(notebook: str) -> dict[str, str]:
 
 
 # What an exercise needs that exercise code may not use elsewhere: notebook 08's first exercise is about hooks.
+# The ablation and patching exercises are to hook TransformerLens's model: `run_with_hooks`, or as honestly its
+# `hooks(...)` context manager or `add_hook` and `reset_hooks`.
+_TL_HOOKS = {"hooks", "add_hook"}
 EXERCISE_ALLOWS = {
     ("08_interpretability", "cache_activations"): {"register_forward_hook", "register_forward_pre_hook"},
+    ("08_interpretability", "mean_ablate_heads"): _TL_HOOKS,
+    ("08_interpretability", "patch_resid_pre"): _TL_HOOKS,
 }
 # Modules a notebook's exercise code may import although others may not: 08's exercises take TransformerLens's
 # models and caches (an honest `from transformer_lens import HookedTransformer` for an annotation). Its ready-made
@@ -235,9 +243,20 @@ def scan(
     findings = []
     forbidden = forbidden or {}
     refused_modules = FORBIDDEN_MODULES - modules
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    module_names = MODULE_NAMES | module_aliases([tree])
 
     def add(node, what):
         findings.append(Finding(f"line {getattr(node, 'lineno', '?')}: {what}"))
+
+    def mutated(node) -> bool:
+        """Whether the object `node` evaluates to (a `__dict__`, `vars(x)`) is changed where it stands."""
+        parent = parents.get(node)
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            return not isinstance(parent.ctx, ast.Load)
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return parent.attr in _MUTATORS
+        return isinstance(parent, ast.AugAssign) and parent.target is node
 
     for node in ast.walk(tree):
         if forbidden:
@@ -270,17 +289,24 @@ def scan(
                     )
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
             add(node, f"`{node.id}` (not allowed in exercise code)")
+        elif isinstance(node, ast.Name) and node.id == "vars":
+            call = parents.get(node)
+            one = isinstance(call, ast.Call) and call.func is node and len(call.args) == 1 and not call.keywords
+            if not one or isinstance(call.args[0], ast.Starred):
+                add(node, "`vars` other than `vars(x)` (not allowed in exercise code)")
+            elif mutated(call) or _root_name(call.args[0]) in module_names:
+                add(node, "`vars(x)` changed, or of a module (not allowed in exercise code)")
         elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS and node.attr not in allowed:
             reading = isinstance(node.ctx, ast.Load)
-            if not (
-                reading
-                and (node.attr in READABLE_DUNDERS or node.attr in ALLOWED_SELF_DUNDERS and _is_self_access(node))
-            ):
+            if node.attr == DICT_DUNDER:
+                if not reading or mutated(node) or _root_name(node.value) in module_names:
+                    add(node, "`.__dict__` changed, or of a module (not allowed in exercise code)")
+            elif not (reading and node.attr in READABLE_DUNDERS):
                 add(node, f"`.{node.attr}` (not allowed in exercise code)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
-            on_self = node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")
-            if not on_self:
-                add(node, "`setattr` on something other than self (not allowed in exercise code)")
+            target = _root_name(node.args[0]) if node.args else None
+            if target is None or target in module_names:
+                add(node, "`setattr` on a module, or on what the scan cannot name (not allowed in exercise code)")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _suspicious(node.value):
             add(node, f"the string {node.value[:40]!r} (looks like a way around the checks)")
     return findings
@@ -294,17 +320,50 @@ def _is_name_target(target: ast.AST) -> bool:
     return False
 
 
+def _is_definition(stmt: ast.stmt) -> bool:
+    keep = isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass))
+    keep |= isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets)
+    keep |= isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+    return keep or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+
+
+def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt]) -> list[ast.stmt]:
+    """The definitions of `body`. An `if`, `try` or `with` that defines something is kept with only its definitions
+    (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`): its condition or context
+    runs as an assignment's value would. Loops and everything else are actions, dropped into `dropped`."""
+    kept = []
+    for stmt in body:
+        if _is_definition(stmt):
+            kept.append(stmt)
+            continue
+        if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With)):
+            inner: list[ast.stmt] = []
+            node = copy.copy(stmt)
+            fields = ["body", "orelse", "finalbody"]
+            for field in fields:
+                if hasattr(node, field):
+                    part = _definitions_in(getattr(stmt, field), inner)
+                    setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
+            if isinstance(stmt, (ast.Try, ast.TryStar)):
+                node.handlers = [copy.copy(h) for h in stmt.handlers]
+                for handler in node.handlers:
+                    handler.body = _definitions_in(handler.body, inner) or [ast.Pass()]
+            defines = any(
+                not isinstance(n, ast.Pass) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node
+            )
+            if defines:
+                kept.append(ast.fix_missing_locations(ast.copy_location(node, stmt)))
+                dropped.extend(inner)
+                continue
+        dropped.append(stmt)
+    return kept
+
+
 def definitions_only(tree: ast.Module) -> tuple[ast.Module, list[str]]:
-    """`tree` with only imports, function/class definitions and assignments to plain names; and what was dropped."""
-    kept, dropped = [], []
-    for stmt in tree.body:
-        keep = isinstance(
-            stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass)
-        )
-        keep |= isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets)
-        keep |= isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-        keep |= isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
-        (kept if keep else dropped).append(stmt)
+    """`tree` with only imports, function/class definitions and assignments to plain names (also inside an `if`, a
+    `try` or a `with`); and what was dropped."""
+    dropped: list[ast.stmt] = []
+    kept = _definitions_in(tree.body, dropped)
     notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
     return ast.Module(body=kept, type_ignores=[]), notes
 

@@ -352,7 +352,20 @@ class PosEmbed(nn.Module):
         "    if SimpleNamespace(debug=False).debug:\n        print(ids.__class__.__name__)\n"
         "    return table[ids]\n\n\n_lookup = functools.partial(_rows)\n\n\n"
     )
-    out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text)}
+    # ... a constant chosen by an `if`, an optional import under `try`, an environment variable read with `os`, a
+    # config's fields read through vars() and set on a copy with setattr (each refused by the scan or dropped with
+    # the top-level actions until issue #20's second review)
+    ln_text = cell_source(solution(LN)["cells"][index_of(solution(LN), "layernorm")])
+    ln_text = (
+        "import os\nimport copy\n\nif os.environ.get('NEVER_SET_IN_GRADING'):\n    SCALE = 2.0\nelse:\n    SCALE = 1.0\n"
+        "try:\n    from einops import reduce as _reduce\nexcept ImportError:\n    _reduce = None\n\n\n"
+        "def _eps(cfg):\n    mine = copy.copy(cfg)\n    setattr(mine, 'layer_norm_eps', vars(cfg)['layer_norm_eps'] * SCALE)\n"
+        "    return mine.layer_norm_eps\n\n\n"
+        + ln_text.replace("residual.mean(dim=-1, keepdim=True)", "_reduce(residual, 'b p d -> b p 1', 'mean')").replace(
+            "+ self.cfg.layer_norm_eps", "+ _eps(self.cfg)"
+        )
+    )
+    out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text), LN: set_source(ln(), "layernorm", ln_text)}
     return out
 
 
@@ -775,6 +788,13 @@ def test_gradebook_holds_the_final_grades(graded):
         "def f(e):\n    return e.__traceback__.tb_frame",
         "def f():\n    return torch.sys.modules",
         "def f(m):\n    setattr(torch, 'allclose', m)",
+        "def f(m):\n    setattr(torch.nn.functional, 'layer_norm', m)",
+        "def f():\n    torch.__dict__['allclose'] = None",
+        "def f(m):\n    m.__dict__.update(forward=None)",
+        "def f(m):\n    vars(m)['forward'] = None",
+        "def f():\n    return vars(torch)['allclose']",
+        "def f():\n    return vars()",
+        "g = vars",
     ],
 )
 def test_static_scan_refuses(code):
@@ -789,6 +809,11 @@ def test_static_scan_refuses(code):
         "class A:\n    def __init__(self, cfg):\n        setattr(self, 'w', cfg)\n        print(self.__class__.__name__)",
         'def f(x):\n    """Tells tensors apart by x.__class__, as type(x) would."""\n    return x.__class__.__name__',
         "from types import SimpleNamespace\n\nA = SimpleNamespace(x=1)",
+        # honest code the scan refused until issue #20's second review: an environment variable, a path, a
+        # dataclass's fields read through vars() or __dict__, an attribute set on the learner's own object
+        "import os\nfrom pathlib import Path\n\nDEBUG = bool(os.environ.get('DEBUG'))\nLOG = Path('log.txt')",
+        "def f(args):\n    fields = dict(vars(args))\n    return fields['lr'] == args.__dict__['lr']",
+        "def f(args, lr):\n    setattr(args, 'lr', lr)\n    return args",
     ],
 )
 def test_static_scan_accepts(code):
@@ -810,6 +835,23 @@ def test_definitions_only_drops_top_level_actions():
         "    pass",
     ]
     assert len(dropped) == 2
+
+
+def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
+    import torch
+
+    code = (
+        "if torch.cuda.is_available():\n    DEVICE = 'cuda'\n    print('gpu')\nelse:\n    DEVICE = 'cpu'\n"
+        "try:\n    from einops import reduce\nexcept ImportError:\n    reduce = None\n    print('none')\n"
+        "with torch.no_grad():\n    W = torch.ones(3)\n"
+        "if DEBUG:\n    print(1)\nfor i in range(3):\n    X = i\n"
+    )
+    tree, dropped = definitions_only(ast.parse(code))
+    namespace = {"torch": torch}
+    exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the re-check would run
+    assert namespace["DEVICE"] == "cpu" and namespace["reduce"] is not None and "W" in namespace
+    assert "X" not in namespace and "print" not in ast.unparse(tree)
+    assert len(dropped) == 4  # two prints, the `if DEBUG` and the loop
 
 
 def test_plan_finds_exercises_and_slices_given_cells():
