@@ -1088,7 +1088,8 @@ def test_submissions_are_read_as_data_never_through_links(graded, student):
 
 def test_unusual_honest_code_gets_full_marks(graded):
     rows = check_expected(graded, "unusual_honest")
-    assert {r["grade_id"] for r in rows} == {"test_embed", "test_pos_embed", "test_sinusoidal"}
+    assert {r["grade_id"] for r in rows} == {"test_layernorm", "test_embed", "test_pos_embed", "test_sinusoidal"}
+    assert not any(r["flags"] for r in rows), [r["flags"] for r in rows]
 
 
 def test_colliding_folders_are_both_graded_and_flagged(graded):
