@@ -321,7 +321,15 @@ class Guards:
                     guards.refuse(action)
 
         def __setattr__(self, name, value):
-            refuse_if_learner(f"learner code assigned {self.__name__}.{name}")
+            # the import system binding a submodule on its package the first time it is imported
+            # (`from transformer_lens import utils`) is no assignment of the learner's
+            importing = (
+                isinstance(value, types.ModuleType)
+                and value.__name__ == f"{self.__name__}.{name}"
+                and sys.modules.get(value.__name__) is value
+            )
+            if not importing:
+                refuse_if_learner(f"learner code assigned {self.__name__}.{name}")
             base.__setattr__(self, name, value)
 
         def __delattr__(self, name):

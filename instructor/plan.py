@@ -173,6 +173,25 @@ READABLE_DUNDERS = {"__class__"}  # x.__class__ is type(x): a harmless read on a
 # module's.
 DICT_DUNDER = "__dict__"
 _MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__", "__ior__"}
+# Refused names that a learner may bind as its own (a parameter `input`, a local `components`): then they are its own.
+SHADOWABLE_NAMES = {"input", "open", "components", "harness", "load_reference_gpt2", "component_source"}
+
+
+def own_names(tree: ast.AST) -> set[str]:
+    """Every name `tree` binds itself: functions, classes, parameters, assignment and loop targets, `as` names."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
 # Modules that `setattr`, `vars` and `__dict__` may not reach (a learner's own objects they may), besides those the
 # code imports.
 MODULE_NAMES = {"torch", "nn", "F", "np", "numpy", "math", "einops", "functools", "jaxtyping", "harness"}
@@ -188,13 +207,25 @@ def _suspicious(text: str) -> bool:
 
 
 class Finding(str):
-    """A refused construct, as a message naming the line."""
+    """A refused construct, as a message naming the line (`lineno`)."""
+
+    lineno: int | None = None
+
+
+# Cell magics that run their cell's code in the notebook's namespace, as if they were not there: what the cell
+# defines is defined (`%%time` over a class made it a string passed to a magic, and the exercise went missing).
+TRANSPARENT_CELL_MAGICS = {"time", "capture"}
 
 
 def ipython_to_python(source: str) -> str:
-    """Cell source as plain Python (`%magic` and `!shell` lines become `get_ipython()` calls)."""
+    """Cell source as plain Python (`%magic` and `!shell` lines become `get_ipython()` calls; the body of a cell
+    under `%%time` or `%%capture` is the cell's code)."""
     if not re.search(r"^\s*[%!]|\?\s*$", source, flags=re.MULTILINE):
         return source
+    first, _, body = source.lstrip("\n").partition("\n")
+    magic = re.match(r"%%(\w+)", first.strip())
+    if magic and magic.group(1) in TRANSPARENT_CELL_MAGICS:
+        return ipython_to_python(body)
     from IPython.core.inputtransformer2 import TransformerManager
 
     return TransformerManager().transform_cell(source)
@@ -245,9 +276,12 @@ def scan(
     refused_modules = FORBIDDEN_MODULES - modules
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     module_names = MODULE_NAMES | module_aliases([tree])
+    own = own_names(tree)
 
     def add(node, what):
-        findings.append(Finding(f"line {getattr(node, 'lineno', '?')}: {what}"))
+        finding = Finding(f"line {getattr(node, 'lineno', '?')}: {what}")
+        finding.lineno = getattr(node, "lineno", None)
+        findings.append(finding)
 
     def mutated(node) -> bool:
         """Whether the object `node` evaluates to (a `__dict__`, `vars(x)`) is changed where it stands."""
@@ -263,8 +297,8 @@ def scan(
             named = None
             if isinstance(node, ast.Attribute) and node.attr in forbidden:
                 named = node.attr
-            elif isinstance(node, ast.Name) and node.id in forbidden and not node.id[:1].isupper():
-                named = node.id  # a learner's own class may be called LayerNorm; a function named layer_norm not
+            elif isinstance(node, ast.Name) and node.id in forbidden and node.id not in own:
+                named = node.id  # the library's function, imported by name (the learner's own `layer_norm` may be)
             elif isinstance(node, ast.ImportFrom):
                 named = next((a.name for a in node.names if a.name in forbidden), None)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden:
@@ -288,7 +322,8 @@ def scan(
                         "may be imported from harness in exercise code)",
                     )
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            add(node, f"`{node.id}` (not allowed in exercise code)")
+            if not (node.id in SHADOWABLE_NAMES and node.id in own):
+                add(node, f"`{node.id}` (not allowed in exercise code)")
         elif isinstance(node, ast.Name) and node.id == "vars":
             call = parents.get(node)
             one = isinstance(call, ast.Call) and call.func is node and len(call.args) == 1 and not call.keywords
@@ -586,7 +621,22 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
                 tree, step["dropped"] = definitions_only(tree)
             allowed = frozenset(EXERCISE_ALLOWS.get((name, ex), ()))
             modules = frozenset(NOTEBOOK_MODULES.get(name, ()))
-            step["findings"] = list(scan(tree, forbidden if ex is not None else None, allowed, modules))
+            findings = scan(tree, forbidden if ex is not None else None, allowed, modules)
+            # A refused statement is left out and the rest of the cell runs where it can stand alone: any of a
+            # cell of the learner's own (`import sys` beside the helper an exercise uses), an import in an
+            # exercise's cell (an unused `import inspect`). Whatever else an exercise's cell is refused for costs
+            # the exercise, as code that reaches for the grader would.
+            kept, left_out = [], []
+            for stmt in tree.body:
+                lines = range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+                own = [f for f in findings if f.lineno in lines]
+                if own and (ex is None or isinstance(stmt, (ast.Import, ast.ImportFrom))):
+                    left_out += own
+                else:
+                    kept.append(stmt)
+            tree = ast.Module(body=kept, type_ignores=[])
+            step["left_out"] = list(left_out)
+            step["findings"] = [f for f in findings if f not in left_out]
             step["defines"] = defined_names(tree)
             step["code"] = ast.unparse(tree)
             binds, uses = binds_and_uses(tree, modules)

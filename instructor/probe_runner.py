@@ -14,6 +14,7 @@ and so `torch.save`/`torch.load`, can).
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import os
@@ -252,38 +253,54 @@ def _outputs(probe: dict, out) -> dict:
     return result
 
 
+def _learners(spec: dict) -> bool:
+    """Whether an argument is made by the learner's code (its class or dataclass), not the judge's."""
+    return "module" in spec or "dataclass" in spec
+
+
 def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     import torch
 
     target = namespace.get(probe["target"])
     if target is None:
         raise ProbeError(f"{probe['target']} is not defined in the notebook")
-    args = [None if "run_cache" in spec else _argument(spec, namespace, tensors) for spec in probe["args"]]
-    for j, spec in enumerate(probe["args"]):
+    if probe["kind"] != "module" and not callable(target):
+        raise ProbeError(f"{probe['target']} is not a function")
+    specs = probe["args"]
+    # The judge's own arguments (the course's models and their caches, tensors, numbers) are made here. Whatever
+    # runs the learner's code, making its classes and dataclasses, the call, and reading what it returned down to
+    # plain tensors, runs inside the record (`_call_watching`): once a probe has begun, no learner code runs where
+    # the record does not look (a result whose `__getitem__` computed the answer after the record had ended, with
+    # an operator the exercise forbids, passed before).
+    args = [None if "run_cache" in spec or _learners(spec) else _argument(spec, namespace, tensors) for spec in specs]
+    for j, spec in enumerate(specs):
         if "run_cache" in spec:  # a HookedTransformer's cache on the probe's tokens, made before the learner's call
             model_at, tokens_at = spec["run_cache"]
             tokens = args[tokens_at] if tokens_at is not None else _argument(spec["tokens"], namespace, tensors)
             with torch.no_grad():
                 args[j] = args[model_at].run_with_cache(tokens)[1]
     names = list(probe.get("keywords", []))
-    keywords = dict(zip(names, args[len(args) - len(names) :], strict=True))
-    args = args[: len(args) - len(names)]
-    if probe["kind"] == "module":
-        module = build_module(probe["target"], target, probe, tensors)
-        script = probe.get("script")
-        call = module if script is None else functools.partial(SCRIPTS[script], module)
-    else:
-        if not callable(target):
-            raise ProbeError(f"{probe['target']} is not a function")
-        script = probe.get("script")
-        call = target if script is None else functools.partial(SCRIPTS[script], target)
-        if getattr(SCRIPTS.get(script), "wants_namespace", False):
-            call = functools.partial(call, namespace=namespace)
-    with torch.no_grad():
-        out = _call_watching(probe["target"], call, args, keywords, tuple(probe.get("forbidden_ops", ())))
-    if probe.get("output") == "param_groups":
-        out = param_group_decay(out, args[0])
-    return _outputs(probe, out)
+    script = probe.get("script")
+
+    def call() -> dict:
+        full = [_argument(spec, namespace, tensors) if _learners(spec) else arg for spec, arg in zip(specs, args)]
+        keywords = dict(zip(names, full[len(full) - len(names) :], strict=True))
+        positional = full[: len(full) - len(names)]
+        fn = build_module(probe["target"], target, probe, tensors) if probe["kind"] == "module" else target
+        if script is not None:
+            fn = functools.partial(SCRIPTS[script], fn)
+            if getattr(SCRIPTS[script], "wants_namespace", False):
+                fn = functools.partial(fn, namespace=namespace)
+        with torch.no_grad():
+            out = fn(*positional, **keywords)
+        if probe.get("output") == "param_groups":
+            out = param_group_decay(out, positional[0])
+        return _outputs(probe, out)
+
+    result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())))
+    if type(result) is not dict or any(type(value) is not torch.Tensor for value in result.values()):
+        raise ProbeError(f"{probe['target']}'s outputs were not read as plain tensors")
+    return result
 
 
 def build_module(name: str, target, spec: dict, tensors: dict):
@@ -448,13 +465,13 @@ def param_group_decay(groups, model):
 
 def _forbids(rule: str, event: str) -> bool:
     """Whether a profiler event (`aten::native_layer_norm`, or `torch/nn/functional.py(6637): multi_head_...` for
-    a Python function) falls under a rule: an operator name, a prefix ending in '*', or `py:FILE[:FUNCTION]`."""
+    a Python function) falls under a rule: an operator name, a pattern with `*` anywhere, or `py:FILE[:FUNCTION]`."""
     if rule.startswith("py:"):
         where, sep, function = event.partition("): ")
         path, _, name = rule[3:].partition(":")
         return bool(sep) and path in where and (not name or function == name)
-    if rule.endswith("*"):
-        return event.startswith(rule[:-1])
+    if "*" in rule:
+        return fnmatch.fnmatchcase(event, rule)
     return event == rule
 
 
@@ -498,14 +515,14 @@ def _record(call):
     return out, ran if intact and ended else None
 
 
-def _call_watching(target: str, call, args: list, keywords: dict, forbidden: tuple[str, ...]):
-    """The call's result, refused if an operator the exercise forbids ran in it, whatever name reached it
+def _call_watching(target: str, call, forbidden: tuple[str, ...]):
+    """`call()`'s result, refused if an operator the exercise forbids ran in it, whatever name reached it
     (`F.layer_norm`, `torch.native_layer_norm`, `torch.ops.aten...`, a module that wraps it): the profiler records
     every operator at PyTorch's dispatcher, the composite ones and what they turn into alike, and every Python
     function with its file. `forbidden` holds rules (`_forbids`)."""
     if not forbidden:
-        return call(*args, **keywords)
-    out, ran = _record(functools.partial(call, *args, **keywords))
+        return call()
+    out, ran = _record(call)
     if ran is None:
         raise ProbeError(f"the record of what {target} ran was stopped while it ran")
     hits = sorted(n for n in ran if any(_forbids(rule, n) for rule in forbidden))

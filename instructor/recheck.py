@@ -170,6 +170,9 @@ class Runner:
                 if step.get("error"):
                     self.emit(type="note", message=f"{where}: {step['error']}")
                     continue
+                if step.get("left_out"):
+                    message = f"{where}: " + "; ".join(step["left_out"][:3]) + " (that statement only)"
+                    self.emit(type="excluded", cell=step["cell"], message=message)
                 if step["findings"]:
                     message = f"{where}: " + "; ".join(step["findings"][:3])
                     if ex:
@@ -332,6 +335,7 @@ def _load_probes(folder: str | None, uid: int | None):
 
 # ---------------------------------------------------------------------- template (fork server)
 # ---------------------------------------------------------------------- template (fork server)
+MAX_RECORD_LINE = 1 << 20  # one record a child writes, as a JSON line; the course's are a few kB at most
 _ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `component` cells, read before any fork
 
 
@@ -341,10 +345,22 @@ _ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `compone
 # by one holding only its plain parts (the configuration, the course's components, the tokenizer), its other public
 # names standing in as functions that raise. Nothing in a probe child can produce an answer but the learner's code
 # and the course's components of earlier notebooks. Notebook 08's exercises are to use TransformerLens's model and
-# cache: its probes run in the re-check child, where the record refuses TransformerLens's ready-made answers.
-BESIDE_ORACLES = {"08_interpretability"}
+# cache: its probes run in a probe template of their own that keeps TransformerLens and `transformers` (the record
+# refuses TransformerLens's ready-made answers) and, like the other, has no harness checks, no reference model and
+# the answers of earlier notebooks only.
 HIDDEN_PACKAGES = ("transformer_lens", "transformers")
 PLAIN_HARNESS = ("config", "course", "tokenizer")
+PROBE_TEMPLATES = {  # kind -> what its mount namespace hides, and which of harness's modules it keeps
+    "plain": {"hidden": HIDDEN_PACKAGES, "harness": PLAIN_HARNESS},
+    "transformer_lens": {"hidden": (), "harness": (*PLAIN_HARNESS, "interp")},
+}
+TRANSFORMER_LENS_NOTEBOOKS = {"08_interpretability"}
+_FAMILY = {None: 0, "plain": 1, "transformer_lens": 2}  # the re-check template's children, then each probe template's
+
+
+def probe_template_for(notebook: str | None) -> str:
+    """Which probe template runs a notebook's probes."""
+    return "transformer_lens" if notebook in TRANSFORMER_LENS_NOTEBOOKS else "plain"
 
 
 def _package_dirs(name: str) -> list[str]:
@@ -361,8 +377,8 @@ def _package_dirs(name: str) -> list[str]:
     return found
 
 
-def probe_harness(real: str) -> dict[str, str]:
-    """The files of `harness` as the probe template sees it: its plain modules, and an `__init__` that imports
+def probe_harness(real: str, plain: tuple[str, ...] = PLAIN_HARNESS) -> dict[str, str]:
+    """The files of `harness` as a probe template sees it: its `plain` modules, and an `__init__` that imports
     their public names and answers every other name of the real `__all__` with a function that raises."""
     import ast
 
@@ -374,7 +390,7 @@ def probe_harness(real: str) -> dict[str, str]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
             public = list(ast.literal_eval(node.value))
-        elif isinstance(node, ast.ImportFrom) and node.module in {f"harness.{m}" for m in PLAIN_HARNESS}:
+        elif isinstance(node, ast.ImportFrom) and node.module in {f"harness.{m}" for m in plain}:
             lines.append(ast.unparse(node))
             present |= {alias.asname or alias.name for alias in node.names}
     absent = sorted(set(public) - present)
@@ -396,15 +412,16 @@ def probe_harness(real: str) -> dict[str, str]:
         "",
     ]
     files = {"__init__.py": "\n".join(lines)}
-    for module in PLAIN_HARNESS:
+    for module in plain:
         with open(os.path.join(real, f"{module}.py"), encoding="utf-8") as f:
             files[f"{module}.py"] = f.read()
     return files
 
 
-def hide_oracles() -> None:
-    """In a new mount namespace (this process's, before it imports anything of the course): TransformerLens and
-    `transformers` covered by empty read-only folders, `harness` by its plain parts (`probe_harness`)."""
+def hide_oracles(kind: str = "plain") -> None:
+    """In a new mount namespace (this process's, before it imports anything of the course): the packages the probe
+    template `kind` hides (`PROBE_TEMPLATES`: TransformerLens and `transformers` for all but 08's) covered by empty
+    read-only folders, `harness` by its plain parts (`probe_harness`)."""
     from instructor.sandbox import (
         _CLONE_NEWNS,
         _MS_NODEV,
@@ -419,8 +436,8 @@ def hide_oracles() -> None:
     )
 
     harness_dirs = _package_dirs("harness")
-    files = probe_harness(harness_dirs[0])
-    hidden = [folder for name in HIDDEN_PACKAGES for folder in _package_dirs(name)]
+    files = probe_harness(harness_dirs[0], PROBE_TEMPLATES[kind]["harness"])
+    hidden = [folder for name in PROBE_TEMPLATES[kind]["hidden"] for folder in _package_dirs(name)]
     libc = _libc()
     if libc.unshare(_CLONE_NEWNS) != 0:
         import ctypes
@@ -438,9 +455,10 @@ def hide_oracles() -> None:
         _mount(libc, None, harness_dir, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4m,mode=0755")
 
 
-def preload(kernels: bool = False, solutions: str | None = None, probes_only: bool = False) -> None:
-    """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model; in the
-    probe template (`probes_only`), torch, einops, jaxtyping, safetensors and harness's plain parts only."""
+def preload(kernels: bool = False, solutions: str | None = None, probes_only: str | None = None) -> None:
+    """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model; in a
+    probe template (`probes_only`: its kind), torch, einops, jaxtyping, safetensors and harness's plain parts only,
+    and TransformerLens in 08's."""
     # No library may need a thread of its own in a child (`probe_runner.no_new_tasks`): tokenizers' pool off, and
     # `transformers` loads a checkpoint in the calling thread.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -461,6 +479,9 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: bo
 
         import harness  # its plain parts (hide_oracles)
         import instructor.probe_runner  # noqa: F401
+
+        if probes_only == "transformer_lens":
+            import transformer_lens
 
         # No answer is read here: each probe child reads those of the notebooks before its own, as root, after
         # the fork (`_child`), so that no later answer is ever in its memory, not even freed.
@@ -644,21 +665,22 @@ def serve(
     cgroup: str | None = None,
     extra_cgroups: dict[str, str] | None = None,
     scratch: list[str] = (),
-    probes_only: bool = False,
+    probes_only: str | None = None,
 ) -> int:
     """The template: re-check jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher.
 
     Replies on stdout: {"ready"}, {"id", "event"} for each record a re-check writes, and {"id", "status",
     "returncode", "wall", "log"} when it has ended and everything it started is gone.
 
-    Sandboxed, it first forks the probe template (`probes_only`: the same loop, in a mount namespace without the
-    oracles, forking `_probe_child`); a job's probes go there, the rest of the job to a re-check child here, and the
-    job is reported once both have ended."""
+    Sandboxed, it first forks the probe templates (`probes_only`: their kind; the same loop, in a mount namespace
+    without the oracles, forking `_probe_child`); a job's probes go to one (`probe_template_for`), the rest of the
+    job to a re-check child here, and the job is reported once both have ended."""
     import socket
 
-    probe_template = None
+    templates: dict[str, dict] = {}  # kind -> a probe template's pid and pipes
     if sandboxed and not probes_only:
-        probe_template = _start_probe_template(cgroup, extra_cgroups, scratch)
+        for kind in PROBE_TEMPLATES:
+            templates[kind] = _start_probe_template(kind, cgroup, extra_cgroups, scratch)
     fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -668,7 +690,7 @@ def serve(
     if sandboxed:
         from instructor.sandbox import INSIDE_PRIVATE, Confinement
 
-        confinement = Confinement(cgroup, extra_cgroups, scratch, family=1 if probes_only else 0)
+        confinement = Confinement(cgroup, extra_cgroups, scratch, family=_FAMILY[probes_only])
         solutions = os.path.join(INSIDE_PRIVATE, "solutions")
         if os.path.isdir(solutions):
             # the answers are read once, as root; the children, under their own uids, cannot reach the folder
@@ -683,19 +705,23 @@ def serve(
         listener.bind(kernel_socket + ".tmp")
         listener.listen(16)
     preload(kernels=listener is not None, solutions=solutions, probes_only=probes_only)
-    if probe_template is not None:
-        probe_template = _await_ready(probe_template)
+    for kind in list(templates):
+        if (ready := _await_ready(templates[kind])) is None:
+            del templates[kind]
+        else:
+            templates[kind] = ready | {"lines": b""}
     if listener is not None:
         os.rename(kernel_socket + ".tmp", kernel_socket)  # launchers connect only once the template is warm
     out.write(json.dumps({"ready": True}) + "\n")
     split: dict[str, dict | None] = {}  # job id -> the probe template's reply, None while its child runs
     split_deadline: dict[str, float] = {}  # job id -> when its probes are given up (the probe template hangs)
     held: dict[str, dict] = {}  # job id -> the re-check's reply, waiting for the probes'
-    probe_lines = b""
+    sent_to: dict[str, str] = {}  # job id -> the kind of probe template its probes went to
 
     def probes_ended(job_id: str, reply: dict) -> None:
         split[job_id] = reply
         split_deadline.pop(job_id, None)
+        sent_to.pop(job_id, None)
         if job_id in held:
             finish(held.pop(job_id))
 
@@ -759,6 +785,14 @@ def serve(
                 info["log"] += data
             return True
         info["partial"] += data
+        if len(info["partial"]) > MAX_RECORD_LINE and b"\n" not in info["partial"]:
+            # a line longer than any record: kept it would grow this template's memory without bound (a child
+            # wrote 400 MB without a newline and took the template to 2.3 GB)
+            info["partial"] = b""
+            if not closed:
+                event = {"type": "garbled", "text": f"a line of over {MAX_RECORD_LINE} bytes, dropped"}
+                out.write(json.dumps({"id": info["id"], "event": event}) + "\n")
+            return True
         while b"\n" in info["partial"]:
             line, info["partial"] = info["partial"].split(b"\n", 1)
             if line.strip() and not closed:
@@ -774,29 +808,33 @@ def serve(
         if listener is not None and not closed:
             watch += [listener, *pending, *kernels.values()]
         watch += list(streams)
-        if probe_template is not None:
-            watch.append(probe_template["from"])
+        watch += [template["from"] for template in templates.values()]
         readable = select.select(watch, [], [], 0.05)[0] if watch else []
         if not watch:
             time.sleep(0.05)
         for source in readable:
-            if probe_template is not None and source == probe_template["from"]:
+            kind = next((k for k, t in templates.items() if t["from"] == source), None)
+            if kind is not None:
+                template = templates[kind]
                 data = os.read(source, 1 << 20)
-                probe_lines += data
-                while b"\n" in probe_lines:
-                    line, probe_lines = probe_lines.split(b"\n", 1)
+                template["lines"] += data
+                while b"\n" in template["lines"]:
+                    line, template["lines"] = template["lines"].split(b"\n", 1)
                     try:
                         reply = json.loads(line)
                     except ValueError:
                         continue
                     if "status" in reply and reply.get("id") in split:
                         probes_ended(reply["id"], reply)
-                if not data:  # the probe template is gone: its jobs end without outputs (the judge fails them)
-                    print("the probe template stopped; later probes run in the re-check children", file=sys.stderr)
+                if not data:  # a probe template is gone: its jobs end without outputs (the judge fails them)
+                    print(
+                        f"the {kind} probe template stopped; its later probes run in the re-check children",
+                        file=sys.stderr,
+                    )
                     os.close(source)
-                    probe_template = None
-                    for job_id in [k for k, v in split.items() if v is None]:
-                        probes_ended(job_id, {"status": "lost", "log": "the probe template stopped"})
+                    del templates[kind]
+                    for job_id in [k for k, v in split.items() if v is None and sent_to.get(k) == kind]:
+                        probes_ended(job_id, {"status": "lost", "log": f"the {kind} probe template stopped"})
                 continue
             if source == 0:
                 data = os.read(0, 1 << 20)
@@ -804,9 +842,9 @@ def serve(
                     closed = True
                     for pid in [*children, *kernels]:
                         _kill(pid)
-                    if probe_template is not None:
-                        os.close(probe_template["to"])  # it ends its children and exits
-                        probe_template["to"] = -1
+                    for template in templates.values():
+                        os.close(template["to"])  # it ends its children and exits
+                        template["to"] = -1
                 buffer += data
             elif isinstance(source, int):
                 drain(source)
@@ -847,13 +885,15 @@ def serve(
             plan["_cell_timeout"] = job["cell_timeout"]
             plan["_notebook_timeout"] = job["notebook_timeout"]
             plan["_protected"] = job.get("protected", [])
-            beside = bool(sandboxed and job.get("probes") and plan.get("notebook") not in BESIDE_ORACLES)
-            if probe_template is not None and beside:
+            beside = bool(sandboxed and job.get("probes") and not probes_only)
+            kind = probe_template_for(plan.get("notebook"))
+            if kind in templates and beside:
                 request = {k: job.get(k) for k in ("id", "plan", "probes", "memory_bytes", "notebook_timeout")}
                 request |= {"cell_timeout": job["cell_timeout"]}
                 try:
-                    os.write(probe_template["to"], (json.dumps(request) + "\n").encode())
+                    os.write(templates[kind]["to"], (json.dumps(request) + "\n").encode())
                     split[job["id"]] = None
+                    sent_to[job["id"]] = kind
                     split_deadline[job["id"]] = time.monotonic() + job["notebook_timeout"] + 90
                     job = dict(job, probes=None)
                     beside = False
@@ -875,7 +915,7 @@ def serve(
                 "log": b"",
                 "partial": b"",
                 "status": None,
-                "beside": beside and not probes_only,  # probes that should have gone to the probe template
+                "beside": beside,  # probes that should have gone to a probe template
             }
         while True:
             try:
@@ -884,7 +924,7 @@ def serve(
                 break
             if pid == 0:
                 break
-            if probe_template is not None and pid == probe_template["pid"]:
+            if any(pid == template["pid"] for template in templates.values()):
                 continue  # its end shows as the end of its output, above
             _kill(pid)  # anything the learner's code left running in the child's session
             if confinement is not None and pid in slots:
@@ -936,11 +976,11 @@ def serve(
             for stream in list(streams):  # the grader is gone: nothing more to forward
                 os.close(stream)
                 del streams[stream]
-    if probe_template is not None:
-        if probe_template["to"] >= 0:
-            os.close(probe_template["to"])
+    for template in templates.values():
+        if template["to"] >= 0:
+            os.close(template["to"])
         try:
-            os.waitpid(probe_template["pid"], 0)
+            os.waitpid(template["pid"], 0)
         except ChildProcessError:
             pass
     if listener is not None:
@@ -951,9 +991,10 @@ def serve(
     return 0
 
 
-def _start_probe_template(cgroup, extra_cgroups, scratch) -> dict | None:
-    """Fork the probe template before this process imports anything of the course: the child hides the oracles in
-    a mount namespace of its own (`hide_oracles`) and serves probe jobs (`serve(probes_only=True)`) over two pipes."""
+def _start_probe_template(kind: str, cgroup, extra_cgroups, scratch) -> dict | None:
+    """Fork a probe template before this process imports anything of the course: the child hides the oracles in
+    a mount namespace of its own (`hide_oracles(kind)`) and serves probe jobs (`serve(probes_only=kind)`) over two
+    pipes."""
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
     pid = os.fork()
@@ -964,8 +1005,8 @@ def _start_probe_template(cgroup, extra_cgroups, scratch) -> dict | None:
             os.dup2(from_w, 1)
             for fd in (to_r, to_w, from_r, from_w):
                 os.close(fd)
-            hide_oracles()
-            code = serve(None, True, cgroup, extra_cgroups, scratch, probes_only=True)
+            hide_oracles(kind)
+            code = serve(None, True, cgroup, extra_cgroups, scratch, probes_only=kind)
         except BaseException:  # noqa: BLE001 - the re-check template goes on and runs the probes itself
             traceback.print_exc()
         finally:

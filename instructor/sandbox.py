@@ -317,10 +317,10 @@ class Confinement:
         self.scratch = [p for p in scratch if p]
         self.counter = 0
         self.private_tmp = ""  # why the last child had no private /tmp ("" when it had one)
-        # Two templates fork children in one sandbox (the re-check's and the judge's probes'): each its own uids
-        # and cgroup names, so that neither can reap, signal or share a cgroup with the other's children.
+        # Three templates fork children in one sandbox (the re-check's and the two of the judge's probes): each its
+        # own uids and cgroup names, so that none can reap, signal or share a cgroup with another's children.
         self.family = family
-        self.prefix = "cb"[family]
+        self.prefix = "cbt"[family]
 
     def next_slot(self) -> int:
         self.counter += 1

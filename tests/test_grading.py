@@ -814,10 +814,52 @@ def test_static_scan_refuses(code):
         "import os\nfrom pathlib import Path\n\nDEBUG = bool(os.environ.get('DEBUG'))\nLOG = Path('log.txt')",
         "def f(args):\n    fields = dict(vars(args))\n    return fields['lr'] == args.__dict__['lr']",
         "def f(args, lr):\n    setattr(args, 'lr', lr)\n    return args",
+        # a parameter named `input`, a local named `components`: the learner's own names
+        "class A(nn.Module):\n    def forward(self, input):\n        return input * 2",
+        "def f(cache):\n    components = [cache[k] for k in cache]\n    return sum(components)",
     ],
 )
 def test_static_scan_accepts(code):
     assert not scan(ast.parse(code)), code
+
+
+def test_the_learners_own_function_may_bear_a_forbidden_calls_name():
+    forbidden = {"layer_norm": "torch.nn.functional.layer_norm"}
+    own = "def layer_norm(x, eps):\n    return x / (x.var(-1, keepdim=True) + eps).sqrt()\n\ny = layer_norm(x, 1e-5)"
+    assert not scan(ast.parse(own), forbidden)
+    for library in (
+        "from torch.nn.functional import layer_norm",
+        "y = F.layer_norm(x, (4,))",
+        "from torch.nn.functional import *\ny = layer_norm(x, (4,))",
+    ):
+        assert scan(ast.parse(library), forbidden), library
+
+
+def test_a_cell_under_time_or_capture_defines_what_it_holds():
+    from instructor.plan import ipython_to_python
+
+    assert ipython_to_python("%%time\nclass A:\n    pass\n") == "class A:\n    pass\n"
+    assert "run_cell_magic('bash'" in ipython_to_python("%%bash\nls\n")
+
+
+def test_a_refused_statement_is_left_out_and_the_rest_of_the_cell_runs():
+    sol = solution(LN)
+    nb = copy.deepcopy(sol)
+    nb["cells"].insert(
+        index_of(nb, "layernorm"), code_cell("import sys\n\ndef centre(x):\n    return x - x.mean(-1, keepdim=True)")
+    )
+    text = cell_source(nb["cells"][index_of(nb, "layernorm")])
+    set_source(nb, "layernorm", "import inspect\n" + text)
+    plan = build_plan(sol, nb, LN, notebook_names())
+    steps = [s for s in plan["steps"] if s["kind"] == "learner"]
+    helper, exercise = steps[0], steps[1]
+    assert "def centre" in helper["code"] and "import sys" not in helper["code"] and not helper["findings"]
+    assert "import inspect" not in exercise["code"] and not exercise["findings"], exercise
+    assert any("import sys" in f for f in helper["left_out"]) and any("inspect" in f for f in exercise["left_out"])
+    # anything else an exercise's cell is refused for still costs the exercise
+    set_source(nb, "layernorm", text.replace("super().__init__()", "super().__init__()\n        g = globals()"))
+    plan = build_plan(sol, nb, LN, notebook_names())
+    assert [s for s in plan["steps"] if s["kind"] == "learner"][1]["findings"]
 
 
 def test_notebook_08_may_import_transformer_lens_for_its_annotations():
@@ -940,8 +982,9 @@ def test_the_judge_alone_refuses_an_exercise_that_computes_in_a_thread(graded):
 PROBE_VIEW = """
 import json, os, sys
 from instructor.recheck import HIDDEN_PACKAGES, _package_dirs, hide_oracles
+KIND, NOTEBOOK = sys.argv[1:3]
 folders = {name: _package_dirs(name)[0] for name in ("harness", *HIDDEN_PACKAGES)}
-hide_oracles()
+hide_oracles(KIND)
 import harness
 seen = {name: sorted(set(os.listdir(folder)) - {"__pycache__"}) for name, folder in folders.items()}
 try:
@@ -950,10 +993,10 @@ except RuntimeError as err:
     seen["load_reference_gpt2"] = str(err)
 seen["imported"] = sorted(m for m in ("transformer_lens", "transformers", "harness.checks") if m in sys.modules)
 from instructor.recheck import _ANSWERS, _answers_from
-_answers_from(os.path.join(os.getcwd(), "solutions"), before="03_attention")  # as a probe child for 03 does
+_answers_from(os.path.join(os.getcwd(), "solutions"), before=NOTEBOOK)  # as a probe child for NOTEBOOK does
 seen["answers"] = sorted(_ANSWERS)
 try:
-    harness.components("03_attention")
+    harness.components(NOTEBOOK)
 except (FileNotFoundError, ValueError) as err:
     seen["own answers"] = str(err)
 print(json.dumps(seen))
@@ -961,22 +1004,34 @@ print(json.dumps(seen))
 
 
 @needs_sandbox
-def test_the_judges_probes_run_where_no_oracle_exists():
-    """What the probe template sees once it has hidden the oracles (in a mount namespace of its own, as it does
-    before importing anything of the course): of harness only its plain modules, TransformerLens's and
-    transformers' folders empty, the reference model's loader a stand-in that raises."""
+@pytest.mark.parametrize("kind, notebook", [("plain", "03_attention"), ("transformer_lens", "08_interpretability")])
+def test_the_judges_probes_run_where_no_oracle_exists(kind, notebook):
+    """What a probe template sees once it has hidden the oracles (in a mount namespace of its own, as it does
+    before importing anything of the course): of harness only its plain modules, the reference model's loader a
+    stand-in that raises, the answers of earlier notebooks only; TransformerLens's and transformers' folders empty,
+    but in the template of notebook 08, whose exercises are to use TransformerLens's model."""
     run = subprocess.run(
-        [sys.executable, "-c", PROBE_VIEW], capture_output=True, text=True, check=False, cwd=REPO_ROOT, timeout=120
+        [sys.executable, "-c", PROBE_VIEW, kind, notebook],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+        timeout=120,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     seen = json.loads(run.stdout.splitlines()[-1])
-    assert seen["harness"] == ["__init__.py", "config.py", "course.py", "tokenizer.py"], seen
-    assert seen["transformer_lens"] == [] and seen["transformers"] == [], seen
+    plain = ["__init__.py", "config.py", "course.py", "tokenizer.py"]
+    if kind == "plain":
+        assert seen["harness"] == plain, seen
+        assert seen["transformer_lens"] == [] and seen["transformers"] == [], seen
+    else:
+        assert seen["harness"] == sorted([*plain, "interp.py"]), seen
+        assert "HookedTransformer.py" in seen["transformer_lens"] and seen["transformers"], seen
     assert "not available while the judge runs your code" in seen["load_reference_gpt2"], seen
     assert seen["imported"] == [], seen
     # a probe child reads the answers of the notebooks before its own, and no other (its own included)
-    assert seen["answers"] == ["00_tour", "01_layernorm", "02_embeddings"], seen
-    assert "Unknown notebook '03_attention'" in seen["own answers"], seen
+    assert seen["answers"] == [n for n in notebook_names() if n < notebook], seen
+    assert f"Unknown notebook '{notebook}'" in seen["own answers"], seen
     assert os.listdir(os.path.join(REPO_ROOT, "harness")) != seen["harness"]  # this process's view is untouched
 
 

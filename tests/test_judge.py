@@ -1034,6 +1034,7 @@ LAYERNORM_BY_ANOTHER_NAME = {
     "torch.ops.aten": "torch.ops.aten.native_layer_norm(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "group_norm with one group": "torch.nn.functional.group_norm(residual.reshape(-1, residual.shape[-1], 1), 1, eps=self.cfg.layer_norm_eps).reshape(residual.shape) * self.w + self.b",
     "laundered through eval of a string": "eval('torch.nn.functional.lay' + 'er_norm')(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)",
+    "a batch norm's kernel on one row per position": "torch.ops.aten._batch_norm_with_update(residual.reshape(1, -1, residual.shape[-1]), None, None, torch.zeros(residual.shape[0] * residual.shape[1]), torch.ones(residual.shape[0] * residual.shape[1]), 0.0, self.cfg.layer_norm_eps)[0].reshape(residual.shape) * self.w + self.b",
     "torch's reference implementation": "__import__('torch._refs')._refs.native_layer_norm(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "torch's decomposition table": "__import__('torch._decomp')._decomp.decomposition_table[torch.ops.aten.native_layer_norm.default](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "TransformerLens's own LayerNorm": "__import__('transformer_lens').components.LayerNorm({'d_model': self.cfg.d_model, 'eps': self.cfg.layer_norm_eps, 'dtype': torch.float32, 'd_vocab': 1, 'n_ctx': 1, 'd_head': 1, 'n_layers': 1, 'act_fn': 'relu'})(residual) * self.w + self.b",
@@ -1052,6 +1053,47 @@ def test_layernorm_by_any_other_name_fails_the_judge(route, tmp_path):
     verdict = judge.verdicts(run(LN, learner(code), tmp_path))["test_layernorm"]
     assert not verdict["passed"], (route, verdict)
     assert "forbids (a library's implementation" in verdict["message"], (route, verdict)
+
+
+# A result that computes the answer when it is read, not when it is returned: while the record runs the call
+# returns a tuple whose `__getitem__` calls the forbidden operator, and the runner used to read it after the record
+# had ended (issue #20, a red-team review: full marks for 01 with native_layer_norm, 05 with F.cross_entropy, 08
+# with TransformerLens's patching helper). Everything the learner's code does runs inside the record now.
+LATER = """
+class _Later(tuple):
+    def __new__(cls, thunk):
+        made = super().__new__(cls, (0,))
+        made.thunk = thunk
+        return made
+
+    def __getitem__(self, index):
+        return self.thunk()
+
+    def __iter__(self):
+        return iter((self.thunk(),))
+
+
+def _later(thunk):
+    return _Later(thunk) if torch.autograd._profiler_enabled() else thunk()
+"""
+
+
+def test_an_answer_computed_after_the_call_returned_is_still_recorded(tmp_path):
+    call = "torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]"
+    code = LATER + NO_NORMALISATION.replace(
+        "        return residual * self.w + self.b\n", f"        return _later(lambda: {call})\n"
+    )
+    verdict = judge.verdicts(run(LN, learner(code), tmp_path))["test_layernorm"]
+    assert not verdict["passed"] and "aten::native_layer_norm" in verdict["message"], verdict
+    old = "    correct = log_probs.gather(dim=-1, index=tokens[:, 1:, None])[..., 0]  # [batch pos-1]\n    return -correct.mean()\n"
+    new = (
+        "    return _later(lambda: torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), "
+        "tokens[:, 1:].flatten()))\n"
+    )
+    namespace = course_with("05_full_gpt2", old, new)
+    exec(LATER, sys.modules["judge_test_05_full_gpt2"].__dict__)  # noqa: S102 - the helper, where the loss looks
+    verdict = verdict_of("05_full_gpt2", "test_cross_entropy_loss", namespace, tmp_path / "ce")
+    assert not verdict["passed"] and "forbids (a library's implementation" in verdict["message"], verdict
 
 
 ATTENTION_BY_ANOTHER_NAME = {
@@ -1096,6 +1138,11 @@ CROSS_ENTROPY_BY_ANOTHER_NAME = {
     "F.nll_loss on log_softmax": (
         "torch.nn.functional.nll_loss(logits[:, :-1].log_softmax(-1).flatten(0, 1), tokens[:, 1:].flatten())"
     ),
+    "a KL divergence against one-hot targets": (
+        "torch.nn.functional.kl_div(logits[:, :-1].log_softmax(-1).flatten(0, 1), torch.nn.functional.one_hot("
+        "tokens[:, 1:].flatten(), logits.shape[-1]).float(), reduction='sum') / tokens[:, 1:].numel()"
+    ),
+    "Categorical.log_prob": ("-torch.distributions.Categorical(logits=logits[:, :-1]).log_prob(tokens[:, 1:]).mean()"),
     "torch's reference nll_loss": (
         "__import__('torch._refs.nn.functional')._refs.nn.functional.nll_loss("
         "logits[:, :-1].log_softmax(-1).flatten(0, 1), tokens[:, 1:].flatten())"
@@ -1122,6 +1169,8 @@ WITHOUT = {
 def test_every_call_an_exercise_text_forbids_has_a_rule_in_the_judge():
     import re
 
+    from instructor.probe_runner import _forbids
+
     seen = set()
     for name in notebook_names():
         nb = json.loads((REPO / "solutions" / f"{name}.ipynb").read_text(encoding="utf-8"))
@@ -1132,7 +1181,7 @@ def test_every_call_an_exercise_text_forbids_has_a_rule_in_the_judge():
             for call in re.findall(r"without `([\w.]+)`", text):
                 assert call in WITHOUT and WITHOUT[call][0] == name, (name, call)
                 rules = {r for target in judge.FORBIDDEN_OPS[name].values() for r in target}
-                assert WITHOUT[call][1] in rules, (name, call)
+                assert any(_forbids(rule, WITHOUT[call][1]) for rule in rules), (name, call)
                 seen.add(call)
     assert seen == set(WITHOUT)
 
@@ -1254,6 +1303,10 @@ def test_forbidden_rules_match_what_the_profiler_records():
     assert _forbids("py:torch/nn/functional.py:multi_head_attention_forward", event)
     assert not _forbids("py:torch/nn/functional.py:linear", event) and not _forbids("aten::gelu", event)
     assert _forbids("py:transformer_lens/", "transformer_lens/components/layer_norm.py(40): forward")
+    # a family by pattern: every batch norm kernel, named or not
+    for op in ("aten::_batch_norm_with_update", "aten::batch_norm_update_stats", "aten::native_batch_norm"):
+        assert _forbids("aten::*batch_norm*", op), op
+    assert not _forbids("aten::*batch_norm*", "aten::linalg_vector_norm")
 
 
 # Verdicts inside (issue #20): code that recognises a check's fixed inputs and returns their answer passes the
@@ -1329,11 +1382,7 @@ def test_earlier_notebooks_components_stay_allowed(tmp_path):
 def test_probes_run_in_the_probe_template_need_only_earlier_notebooks():
     """A probe child holds the course's components of the notebooks before its own only (`recheck._child`): a probe
     argument built from the graded notebook's own components could not be built there."""
-    from instructor.recheck import BESIDE_ORACLES
-
     for notebook, probes in judge.PROBES.items():
-        if notebook in BESIDE_ORACLES:
-            continue
         for probe in probes:
             for kind, param in probe.args:
                 if kind in ("course_model", "course_weights", "hooked_course"):
