@@ -14,7 +14,6 @@ and so `torch.save`/`torch.load`, can).
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import json
 import os
@@ -471,7 +470,16 @@ def _forbids(rule: str, event: str) -> bool:
         path, _, name = rule[3:].partition(":")
         return bool(sep) and path in where and (not name or function == name)
     if "*" in rule:
-        return fnmatch.fnmatchcase(event, rule)
+        parts = rule.split("*")
+        if not (event.startswith(parts[0]) and event.endswith(parts[-1])) or len(event) < len(rule) - len(parts) + 1:
+            return False
+        at = len(parts[0])
+        for part in parts[1:-1]:
+            at = event.find(part, at)
+            if at < 0:
+                return False
+            at += len(part)
+        return at <= len(event) - len(parts[-1])
     return event == rule
 
 
@@ -604,3 +612,98 @@ def write_outputs(folder: str, outputs: dict, errors: dict) -> None:
             json.dump(errors, f)
     except Exception:  # noqa: BLE001, S110 - the judge then reports "no output" for the missing ones
         pass
+
+
+# ---------------------------------------------------------------------- the probe child's own defences
+# The learner's definitions run in the probe child before the probes, in the same process. Two things keep them
+# from the probe runner's state (issue #20, a red-team review: a class body rebound `_forbids` through
+# `sys.modules`, and a definition read the probes' inputs from the runner's frame and ran a forbidden operator on
+# them before the record began; both scored full marks):
+# - the runner the child calls is `sealed_run_probes()`: every function of this module it reaches bound to a private
+#   copy of this module's globals and of builtins, taken before any learner code runs, so that rebinding the
+#   module's names or builtins changes nothing it calls;
+# - an audit hook, which no Python code can remove, refuses to learner code (a frame compiled from a learner cell)
+#   what reaches frames, the garbage collector's view of every object, code objects, tracing and ctypes: the
+#   routes to the runner's locals, to the sealed copies and to memory.
+REFUSED_EVENTS = (
+    "sys._getframe",
+    "sys._current_frames",
+    "sys._getframemodulename",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.addaudithook",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "gc.get_freeze_count",
+    "object.__getattr__",
+    "code.__new__",
+    "function.__new__",
+    "cpython.PyInterpreterState_Clear",
+)
+_HELPERS = ("inspect.py", "traceback.py", "linecache.py", "types.py")
+
+
+def sealed_run_probes():
+    """`run_probes`, bound with everything of this module it reaches to a private copy of the module's globals and
+    of builtins (`_probe_child` takes it before the learner's definitions run)."""
+    import builtins
+    import types
+
+    private = dict(globals())
+    private["__builtins__"] = dict(vars(builtins))
+    for name, value in list(private.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == __name__:
+            copy = types.FunctionType(value.__code__, private, value.__name__, value.__defaults__, value.__closure__)
+            copy.__kwdefaults__ = value.__kwdefaults__
+            copy.__dict__.update(value.__dict__)
+            private[name] = copy
+    private["SCRIPTS"] = {key: private.get(fn.__name__, fn) for key, fn in SCRIPTS.items()}
+    return private["run_probes"]
+
+
+def refuse_introspection() -> None:
+    """Install the audit hook that refuses learner code the routes to the runner's state (above)."""
+    refused = frozenset(REFUSED_EVENTS)
+    helpers = _HELPERS
+    getframe = sys._getframe
+
+    def is_learner(code) -> bool:
+        return code.co_filename.startswith("<learner ")
+
+    busy = [False]  # sys._getframe raises its own event: the hook looks at frames once, not again from inside
+
+    def hook(event, args):
+        if busy[0] or (
+            event not in refused and not event.startswith("ctypes.") and event not in ("open", "object.__setattr__")
+        ):
+            return
+        busy[0] = True
+        try:
+            learner_event(event, args)
+        finally:
+            busy[0] = False
+
+    def learner_event(event, args):
+        frame = getframe(2)
+        while frame is not None and frame.f_code.co_filename.endswith(helpers):
+            frame = frame.f_back
+        if frame is None or not is_learner(frame.f_code):
+            return
+        if event == "open":
+            path = args[0] if args else None
+            if not (
+                isinstance(path, (str, bytes)) and b"/proc/" in (path if isinstance(path, bytes) else path.encode())
+            ):
+                return
+        elif event == "object.__setattr__":
+            target = args[0] if args else None
+            code = getattr(target, "__code__", None) if callable(target) and not isinstance(target, type) else None
+            mine = (isinstance(target, type) and target.__module__ == "__notebook__") or (
+                code is not None and is_learner(code)
+            )
+            if mine:
+                return
+        raise RuntimeError(f"the judge refuses {event} to your code while it probes it")
+
+    sys.addaudithook(hook)

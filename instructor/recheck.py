@@ -291,9 +291,14 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
     such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes."""
     import ast
 
+    from instructor.probe_runner import refuse_introspection, sealed_run_probes
+
+    run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
     signal.signal(signal.SIGALRM, _alarm)
     deadline = time.monotonic() + notebook_timeout
     runner = Runner(plan, out, cell_timeout, deadline)
+    if probes is not None:
+        refuse_introspection()
     module = types.ModuleType("__notebook__")
     sys.modules["__notebook__"] = module
     ns = module.__dict__
@@ -311,8 +316,6 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
             if error:
                 print(f"{step['filename']}: {error}", file=sys.stderr)
     if probes is not None:
-        from instructor.probe_runner import run_probes
-
         run_probes(probes, ns, timeout=min(30.0, cell_timeout), deadline=deadline)
     runner.emit(type="done")
 

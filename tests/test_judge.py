@@ -1096,6 +1096,87 @@ def test_an_answer_computed_after_the_call_returned_is_still_recorded(tmp_path):
     assert not verdict["passed"] and "forbids (a library's implementation" in verdict["message"], verdict
 
 
+# The probe child's own defences (issue #20, a red-team review): the runner it calls is sealed before the learner's
+# definitions run (they rebound `probe_runner._forbids` through sys.modules and used native_layer_norm unseen), and
+# an audit hook refuses them frames (a definition read the probes' inputs from the runner's frame).
+SEALED_CHILD = """
+import json, sys, time
+from pathlib import Path
+from instructor import judge
+from instructor.probe_runner import load_request, prepare_output, refuse_introspection, sealed_run_probes
+prepared = judge.prepare("01_layernorm", Path(sys.argv[1]))
+request = load_request(str(prepared.folder))
+prepare_output(str(prepared.folder), None)
+run = sealed_run_probes()
+refuse_introspection()
+namespace = {}
+try:
+    exec(compile(sys.argv[2], "<learner 01_layernorm cell 7>", "exec"), namespace)
+except RuntimeError as err:
+    print("REFUSED", err)
+    sys.exit(0)
+run(request, namespace, timeout=10, deadline=time.monotonic() + 60)
+print(json.dumps(judge.verdicts(prepared)["test_layernorm"]))
+"""
+TAMPERED = """
+import torch
+from torch import nn
+_runner = getattr(torch, "s" + "ys").modules["instructor.probe_runner"]
+
+
+class _Quiet:
+    _runner._forbids = lambda rule, event: False
+    _runner._call_watching = lambda target, call, forbidden: call()
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        return torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]
+"""
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        "the runner's module rebound",
+        "a frame read while the definitions run",
+        "the garbage collector's view",
+        "a function's defaults rewritten",
+    ],
+)
+def test_the_probe_childs_runner_is_out_of_the_definitions_reach(route, tmp_path):
+    code = {
+        "the runner's module rebound": TAMPERED,
+        "a frame read while the definitions run": "import torch\n_f = getattr(torch, 's' + 'ys')._getframe(0)\n",
+        "the garbage collector's view": "import torch\n_g = getattr(torch, 's' + 'ys').modules['gc'].get_objects()\n",
+        "a function's defaults rewritten": (
+            "import torch\n_r = getattr(torch, 's' + 'ys').modules['instructor.probe_runner']\n"
+            "_x = setattr(_r.load_request, '__defa' + 'ults__', ())\n"
+        ),
+    }[route]
+    done = subprocess.run(
+        [sys.executable, "-c", SEALED_CHILD, str(tmp_path / "job"), code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    if route == "the runner's module rebound":
+        verdict = json.loads(last)
+        assert not verdict["passed"] and "aten::native_layer_norm" in verdict["message"], verdict
+    else:
+        assert last.startswith("REFUSED the judge refuses"), last
+
+
 ATTENTION_BY_ANOTHER_NAME = {
     "F.scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
     "the math kernel through torch.ops": "torch.ops.aten._scaled_dot_product_attention_math(q, k, v, is_causal=True)[0]",
