@@ -707,3 +707,37 @@ def refuse_introspection() -> None:
         raise RuntimeError(f"the judge refuses {event} to your code while it probes it")
 
     sys.addaudithook(hook)
+
+
+def take_out_operators(request: dict) -> list[str]:
+    """Take the operators that every probe of `request` forbids out of this process (the probe child does this
+    before any learner code runs): each gets a kernel that raises, registered at PyTorch's dispatcher for every key
+    that computes it, through a library handle that is then kept alive with no Python reference to it (neither a
+    name nor the garbage collector can reach it to undo the registration). So the operator cannot run here, whatever
+    learner code does to the record. The operators a single exercise forbids (04's GELU, 05's cross-entropy) stay
+    with the record: other probes of the same notebook may use them. Returns the operators taken out."""
+    import ctypes
+
+    import torch
+
+    rules = None
+    for probe in request["probes"]:
+        mine = {rule for rule in probe.get("forbidden_ops", ()) if rule.startswith("aten::")}
+        rules = mine if rules is None else rules & mine
+    if not rules:
+        return []
+    taken = []
+    handle = torch._C._dispatch_library("IMPL", "aten", "", "<the judge's probe child>", 0)
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("this exercise forbids this operator: the judge took it out of the process it runs in")
+
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::") or not any(_forbids(rule, full.split(".")[0]) for rule in rules):
+            continue
+        for key in ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
+            if torch._C._dispatch_has_kernel_for_dispatch_key(full, key):
+                handle.impl(full[len("aten::") :], key, refused, False)
+                taken.append(f"{full} ({key})")
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))  # alive for good, and out of reach once this returns
+    return taken

@@ -298,6 +298,15 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
     deadline = time.monotonic() + notebook_timeout
     runner = Runner(plan, out, cell_timeout, deadline)
     if probes is not None:
+        import warnings
+
+        from instructor.probe_runner import take_out_operators
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
+            taken = take_out_operators(probes)
+        if taken:
+            print(f"operators taken out of this process: {len(taken)}", file=sys.stderr)
         refuse_introspection()
     module = types.ModuleType("__notebook__")
     sys.modules["__notebook__"] = module

@@ -1103,11 +1103,15 @@ SEALED_CHILD = """
 import json, sys, time
 from pathlib import Path
 from instructor import judge
-from instructor.probe_runner import load_request, prepare_output, refuse_introspection, sealed_run_probes
+from instructor.probe_runner import (
+    load_request, prepare_output, refuse_introspection, sealed_run_probes, take_out_operators
+)
 prepared = judge.prepare("01_layernorm", Path(sys.argv[1]))
 request = load_request(str(prepared.folder))
 prepare_output(str(prepared.folder), None)
 run = sealed_run_probes()
+if len(sys.argv) > 3:
+    take_out_operators(request)
 refuse_introspection()
 namespace = {}
 try:
@@ -1139,6 +1143,45 @@ class LayerNorm(nn.Module):
     def forward(self, residual):
         return torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]
 """
+
+
+# Code that blinds the record through torch's own classes, which no seal covers: the profiler's events filtered
+# where torch reads them. The operators every probe of 01 forbids are taken out of the probe child, so the layer
+# norm still cannot run.
+BLINDED = TAMPERED.replace(
+    """class _Quiet:
+    _runner._forbids = lambda rule, event: False
+    _runner._call_watching = lambda target, call, forbidden: call()
+""",
+    """_profile = torch.profiler.profile
+_events = _profile.events
+
+
+def _filtered(self):
+    return [e for e in _events(self) if "norm" not in str(e.name)]
+
+
+_x = setattr(_profile, "events", _filtered)
+""",
+)
+
+
+def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(tmp_path):
+    def verdict(*extra):
+        done = subprocess.run(
+            [sys.executable, "-c", SEALED_CHILD, str(tmp_path / f"job{len(extra)}"), BLINDED, *extra],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert verdict()["passed"]  # the record alone is blinded: what the operators' removal is for
+    taken = verdict("take out")
+    assert not taken["passed"] and "took it out of the process" in taken["message"], taken
 
 
 @pytest.mark.parametrize(
