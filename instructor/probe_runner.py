@@ -557,17 +557,30 @@ def no_new_tasks() -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 
 
-def run_probes(request: dict, namespace: dict, timeout: float, deadline: float) -> None:
-    """Run every probe; outputs and errors into the request's `out/` folder. Never raises."""
+def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, take_out: bool = False) -> None:
+    """Run every probe; outputs and errors into the request's `out/` folder. Never raises. `take_out` (the probe
+    child, after `take_out_operators`): the probes run from those that forbid the fewest operators to those that
+    forbid the most, and an operator only some forbid is taken out of this process before the first of them, where
+    every probe left forbids it too."""
     outputs, errors = {}, {}
     previous = signal.getsignal(signal.SIGALRM)
+    probes = list(request["probes"])
+    sets = [_aten_rules(probe) for probe in probes]
+    taken = frozenset.intersection(*sets) if take_out and sets else frozenset()
+    if take_out:
+        order = sorted(range(len(probes)), key=lambda i: len(sets[i]))
+        probes, sets = [probes[i] for i in order], [sets[i] for i in order]
 
     def alarm(signum, frame):
         raise ProbeTimeout()
 
     try:
         signal.signal(signal.SIGALRM, alarm)
-        for probe in request["probes"]:
+        for i, probe in enumerate(probes):
+            more = sets[i] - taken if take_out else frozenset()
+            if more and all(later >= sets[i] for later in sets[i:]):
+                _take_out(more)
+                taken |= more
             left = deadline - time.monotonic()
             if left <= 0:
                 errors[probe["name"]] = "not run (the notebook's time limit)"
@@ -709,35 +722,57 @@ def refuse_introspection() -> None:
     sys.addaudithook(hook)
 
 
-def take_out_operators(request: dict) -> list[str]:
-    """Take the operators that every probe of `request` forbids out of this process (the probe child does this
-    before any learner code runs): each gets a kernel that raises, registered at PyTorch's dispatcher for every key
-    that computes it, through a library handle that is then kept alive with no Python reference to it (neither a
-    name nor the garbage collector can reach it to undo the registration). So the operator cannot run here, whatever
-    learner code does to the record. The operators a single exercise forbids (04's GELU, 05's cross-entropy) stay
-    with the record: other probes of the same notebook may use them. Returns the operators taken out."""
+def _dispatch_tools():
+    """The dispatcher's functions the take-out uses, bound when this module is first imported (before any learner
+    code), so that rebinding `torch._C`'s names later changes nothing."""
     import ctypes
 
     import torch
 
-    rules = None
-    for probe in request["probes"]:
-        mine = {rule for rule in probe.get("forbidden_ops", ()) if rule.startswith("aten::")}
-        rules = mine if rules is None else rules & mine
-    if not rules:
-        return []
+    c = torch._C
+    return (
+        c._dispatch_library,
+        c._dispatch_get_all_op_names,
+        c._dispatch_has_kernel_for_dispatch_key,
+        ctypes.pythonapi.Py_IncRef,
+        ctypes.py_object,
+    )
+
+
+_DISPATCH = _dispatch_tools()
+
+
+def _aten_rules(probe: dict) -> frozenset:
+    return frozenset(rule for rule in probe.get("forbidden_ops", ()) if rule.startswith("aten::"))
+
+
+def _take_out(rules) -> list[str]:
+    """Every operator under `rules` gets a kernel that raises, at each dispatch key that computes it, through a
+    library handle kept alive with no Python reference to it. Returns what was taken out."""
+    library, all_ops, has_kernel, incref, py_object = _DISPATCH
+    handle = library("IMPL", "aten", "", "<the judge's probe child>", 0)
     taken = []
-    handle = torch._C._dispatch_library("IMPL", "aten", "", "<the judge's probe child>", 0)
 
     def refused(*args, **kwargs):
         raise RuntimeError("this exercise forbids this operator: the judge took it out of the process it runs in")
 
-    for full in torch._C._dispatch_get_all_op_names():
+    for full in all_ops():
         if not full.startswith("aten::") or not any(_forbids(rule, full.split(".")[0]) for rule in rules):
             continue
         for key in ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
-            if torch._C._dispatch_has_kernel_for_dispatch_key(full, key):
+            if has_kernel(full, key):
                 handle.impl(full[len("aten::") :], key, refused, False)
                 taken.append(f"{full} ({key})")
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))  # alive for good, and out of reach once this returns
+    incref(py_object(handle))  # alive for good, and out of reach once this returns
     return taken
+
+
+def take_out_operators(request: dict) -> list[str]:
+    """Take the operators that every probe of `request` forbids out of this process (the probe child does this
+    before any learner code runs): neither a name nor the garbage collector can reach the registration to undo it,
+    so the operator cannot run here whatever learner code does to the record. Those that only some probes forbid
+    (04's GELU, 05's cross-entropy) are taken out by `run_probes(take_out=True)` before the first probe that
+    forbids them, once the probes that may use them have run. Returns the operators taken out."""
+    sets = [_aten_rules(probe) for probe in request["probes"]]
+    common = frozenset.intersection(*sets) if sets else frozenset()
+    return _take_out(common) if common else []

@@ -325,7 +325,7 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
             if error:
                 print(f"{step['filename']}: {error}", file=sys.stderr)
     if probes is not None:
-        run_probes(probes, ns, timeout=min(30.0, cell_timeout), deadline=deadline)
+        run_probes(probes, ns, timeout=min(30.0, cell_timeout), deadline=deadline, take_out=True)
     runner.emit(type="done")
 
 

@@ -1184,6 +1184,59 @@ def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(tmp_path
     assert not taken["passed"] and "took it out of the process" in taken["message"], taken
 
 
+# 04 forbids GELU's operator in gelu_new only (its MLP and block may use it): the probes run from those that forbid
+# the fewest operators up, and GELU's are taken out before gelu_new's, where every probe left forbids them.
+SEALED_04 = """
+import json, sys, time
+from pathlib import Path
+from instructor import judge
+from instructor.probe_runner import load_request, prepare_output, sealed_run_probes
+from harness.course import component_source
+prepared = judge.prepare("04_mlp_and_block", Path(sys.argv[1]))
+request = load_request(str(prepared.folder))
+prepare_output(str(prepared.folder), None)
+run = sealed_run_probes()
+namespace = {}
+for name in ("00_tour", "01_layernorm", "02_embeddings", "03_attention", "04_mlp_and_block"):
+    exec(compile(component_source(name), f"<learner {name}>", "exec"), namespace)
+exec(compile(sys.argv[2], "<learner 04_mlp_and_block cell 9>", "exec"), namespace)
+run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=True)
+print(json.dumps(judge.verdicts(prepared)))
+"""
+BLINDED_GELU = """
+import torch
+_profile = torch.profiler.profile
+_events = _profile.events
+
+
+def _filtered(self):
+    return [e for e in _events(self) if "gelu" not in str(e.name)]
+
+
+_x = setattr(_profile, "events", _filtered)
+
+
+def gelu_new(x):
+    return torch.nn.functional.gelu(x, approximate="tanh")
+"""
+
+
+def test_an_operator_one_exercise_forbids_is_taken_out_before_its_probes_only(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", SEALED_04, str(tmp_path / "job"), BLINDED_GELU],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not verdicts["test_gelu_new"]["passed"], verdicts
+    assert "took it out of the process" in verdicts["test_gelu_new"]["message"], verdicts
+    assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts  # they may use GELU
+
+
 @pytest.mark.parametrize(
     "route",
     [
