@@ -365,7 +365,8 @@ def _is_definition(stmt: ast.stmt) -> bool:
 def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt]) -> list[ast.stmt]:
     """The definitions of `body`. An `if`, `try` or `with` that defines something is kept with only its definitions
     (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`): its condition or context
-    runs as an assignment's value would. Loops and everything else are actions, dropped into `dropped`."""
+    runs as an assignment's value would; a `try` whose body holds an action is dropped whole. Loops and everything
+    else are actions, dropped into `dropped`."""
     kept = []
     for stmt in body:
         if _is_definition(stmt):
@@ -379,6 +380,11 @@ def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt]) -> list[ast.s
                 if hasattr(node, field):
                     part = _definitions_in(getattr(stmt, field), inner)
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
+            if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
+                # an action dropped from a `try` body could have raised and sent the code to a handler: without
+                # it the definitions after it would run where they never did (`connect(); X = None` under `try`)
+                dropped.append(stmt)
+                continue
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:

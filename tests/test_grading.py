@@ -894,6 +894,9 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
     assert namespace["DEVICE"] == "cpu" and namespace["reduce"] is not None and "W" in namespace
     assert "X" not in namespace and "print" not in ast.unparse(tree)
     assert len(dropped) == 4  # two prints, the `if DEBUG` and the loop
+    # a `try` whose body holds an action is dropped whole: without the action its definitions would always run
+    tree, dropped = definitions_only(ast.parse("try:\n    connect()\n    X = None\nexcept OSError:\n    X = 1\n"))
+    assert not tree.body and len(dropped) == 1
 
 
 def test_plan_finds_exercises_and_slices_given_cells():
