@@ -566,7 +566,7 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
     previous = signal.getsignal(signal.SIGALRM)
     probes = list(request["probes"])
     sets = [_aten_rules(probe) for probe in probes]
-    taken = frozenset.intersection(*sets) if take_out and sets else frozenset()
+    taken = _common_rules(sets) if take_out else frozenset()
     if take_out:
         order = sorted(range(len(probes)), key=lambda i: len(sets[i]))
         probes, sets = [probes[i] for i in order], [sets[i] for i in order]
@@ -746,6 +746,11 @@ def _aten_rules(probe: dict) -> frozenset:
     return frozenset(rule for rule in probe.get("forbidden_ops", ()) if rule.startswith("aten::"))
 
 
+def _common_rules(sets: list) -> frozenset:
+    """The operator rules every probe has (what the probe child takes out before the learner's code)."""
+    return frozenset.intersection(*sets) if sets else frozenset()
+
+
 def _take_out(rules) -> list[str]:
     """Every operator under `rules` gets a kernel that raises, at each dispatch key that computes it, through a
     library handle kept alive with no Python reference to it. Returns what was taken out."""
@@ -773,6 +778,5 @@ def take_out_operators(request: dict) -> list[str]:
     so the operator cannot run here whatever learner code does to the record. Those that only some probes forbid
     (04's GELU, 05's cross-entropy) are taken out by `run_probes(take_out=True)` before the first probe that
     forbids them, once the probes that may use them have run. Returns the operators taken out."""
-    sets = [_aten_rules(probe) for probe in request["probes"]]
-    common = frozenset.intersection(*sets) if sets else frozenset()
+    common = _common_rules([_aten_rules(probe) for probe in request["probes"]])
     return _take_out(common) if common else []

@@ -291,7 +291,7 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
     such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes."""
     import ast
 
-    from instructor.probe_runner import refuse_introspection, sealed_run_probes
+    from instructor.probe_runner import refuse_introspection, sealed_run_probes, take_out_operators
 
     run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
     signal.signal(signal.SIGALRM, _alarm)
@@ -299,8 +299,6 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
     runner = Runner(plan, out, cell_timeout, deadline)
     if probes is not None:
         import warnings
-
-        from instructor.probe_runner import take_out_operators
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point

@@ -1085,6 +1085,16 @@ def test_an_answer_computed_after_the_call_returned_is_still_recorded(tmp_path):
     )
     verdict = judge.verdicts(run(LN, learner(code), tmp_path))["test_layernorm"]
     assert not verdict["passed"] and "aten::native_layer_norm" in verdict["message"], verdict
+    # the same, through a tensor whose detach() computes the answer when the runner reads the result
+    late_tensor = (
+        "class _LateTensor(torch.Tensor):\n    def detach(self):\n        return self.thunk()\n\n\n"
+        "def _late(value, thunk):\n    made = value.as_subclass(_LateTensor)\n    made.thunk = thunk\n    return made\n"
+    )
+    code = late_tensor + NO_NORMALISATION.replace(
+        "        return residual * self.w + self.b\n", f"        return _late(residual, lambda: {call})\n"
+    )
+    verdict = judge.verdicts(run(LN, learner(code), tmp_path / "tensor"))["test_layernorm"]
+    assert not verdict["passed"] and "aten::native_layer_norm" in verdict["message"], verdict
     old = "    correct = log_probs.gather(dim=-1, index=tokens[:, 1:, None])[..., 0]  # [batch pos-1]\n    return -correct.mean()\n"
     new = (
         "    return _later(lambda: torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), "
@@ -1166,18 +1176,19 @@ _x = setattr(_profile, "events", _filtered)
 )
 
 
+def child_says(script: str, *args: str) -> str:
+    """The last line a fresh interpreter running `script` with `args` prints (a probe child's defences cannot be
+    undone, so they are tried in a process of their own)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=False, cwd=REPO, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
 def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(tmp_path):
     def verdict(*extra):
-        done = subprocess.run(
-            [sys.executable, "-c", SEALED_CHILD, str(tmp_path / f"job{len(extra)}"), BLINDED, *extra],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=REPO,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return json.loads(child_says(SEALED_CHILD, str(tmp_path / f"job{len(extra)}"), BLINDED, *extra))
 
     assert verdict()["passed"]  # the record alone is blinded: what the operators' removal is for
     taken = verdict("take out")
@@ -1222,16 +1233,7 @@ def gelu_new(x):
 
 
 def test_an_operator_one_exercise_forbids_is_taken_out_before_its_probes_only(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", SEALED_04, str(tmp_path / "job"), BLINDED_GELU],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    verdicts = json.loads(child_says(SEALED_04, str(tmp_path / "job"), BLINDED_GELU))
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "took it out of the process" in verdicts["test_gelu_new"]["message"], verdicts
     assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts  # they may use GELU
@@ -1256,16 +1258,7 @@ def test_the_probe_childs_runner_is_out_of_the_definitions_reach(route, tmp_path
             "_x = setattr(_r.load_request, '__defa' + 'ults__', ())\n"
         ),
     }[route]
-    done = subprocess.run(
-        [sys.executable, "-c", SEALED_CHILD, str(tmp_path / "job"), code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    last = done.stdout.strip().splitlines()[-1]
+    last = child_says(SEALED_CHILD, str(tmp_path / "job"), code)
     if route == "the runner's module rebound":
         verdict = json.loads(last)
         assert not verdict["passed"] and "aten::native_layer_norm" in verdict["message"], verdict
