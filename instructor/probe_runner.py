@@ -257,7 +257,7 @@ def _learners(spec: dict) -> bool:
     return "module" in spec or "dataclass" in spec
 
 
-def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
+def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict:
     import torch
 
     target = namespace.get(probe["target"])
@@ -296,7 +296,7 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
             out = param_group_decay(out, positional[0])
         return _outputs(probe, out)
 
-    result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())))
+    result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())), withdraw)
     if type(result) is not dict or any(type(value) is not torch.Tensor for value in result.values()):
         raise ProbeError(f"{probe['target']}'s outputs were not read as plain tensors")
     return result
@@ -523,14 +523,23 @@ def _record(call):
     return out, ran if intact and ended else None
 
 
-def _call_watching(target: str, call, forbidden: tuple[str, ...]):
+def _call_watching(target: str, call, forbidden: tuple[str, ...], withdraw=None):
     """`call()`'s result, refused if an operator the exercise forbids ran in it, whatever name reached it
     (`F.layer_norm`, `torch.native_layer_norm`, `torch.ops.aten...`, a module that wraps it): the profiler records
     every operator at PyTorch's dispatcher, the composite ones and what they turn into alike, and every Python
-    function with its file. `forbidden` holds rules (`_forbids`)."""
+    function with its file. `forbidden` holds rules (`_forbids`). `withdraw` (the probe child's, `_python_out`):
+    the Python functions under the `py:` rules cannot run while the call does, whatever the record sees."""
     if not forbidden:
         return call()
-    out, ran = _record(call)
+    if withdraw is None:
+        out, ran = _record(call)
+    else:
+        enter, leave = withdraw
+        enter(forbidden)
+        try:
+            out, ran = _record(call)
+        finally:
+            leave()
     if ran is None:
         raise ProbeError(f"the record of what {target} ran was stopped while it ran")
     hits = sorted(n for n in ran if any(_forbids(rule, n) for rule in forbidden))
@@ -567,6 +576,7 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
     probes = list(request["probes"])
     sets = [_aten_rules(probe) for probe in probes]
     taken = _common_rules(sets) if take_out else frozenset()
+    withdraw = _python_out({rule for probe in probes for rule in probe.get("forbidden_ops", ())}) if take_out else None
     if take_out:
         order = sorted(range(len(probes)), key=lambda i: len(sets[i]))
         probes, sets = [probes[i] for i in order], [sets[i] for i in order]
@@ -590,7 +600,7 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
             try:
                 for attempt in range(3):
                     try:
-                        outputs.update(_run_one(probe, namespace, request["tensors"]))
+                        outputs.update(_run_one(probe, namespace, request["tensors"], withdraw))
                         break
                     except RecordUnreadable as err:
                         if attempt == 2:
@@ -780,3 +790,96 @@ def take_out_operators(request: dict) -> list[str]:
     forbids them, once the probes that may use them have run. Returns the operators taken out."""
     common = _common_rules([_aten_rules(probe) for probe in request["probes"]])
     return _take_out(common) if common else []
+
+
+# The Python oracles (torch's references and decompositions, `nn.Transformer`, TransformerLens's ready-made
+# answers in 08) are code, not operators: no dispatcher registration covers them, and the record that refuses them
+# runs in the learner's process, where rebinding torch's profiler classes blinds it. So while a probe's call runs,
+# every Python function under its `py:` rules has its code swapped for code that raises (every name, table and
+# closure that holds the function holds the same object, so every route reaches the swapped code), and running a
+# module of those files afresh (an import after `del sys.modules[...]`, `importlib.reload`, `runpy`) is refused;
+# the code is put back after the call. The learner's code sees the probe's inputs inside the call only, so an
+# oracle it could run anywhere else has nothing to answer. The state lives in closures the sealed runner holds and
+# in an audit hook, which no Python code can reach or remove.
+def _python_out(rules) -> tuple:
+    """(enter, leave): `enter(rules)` withdraws the functions under the `py:` rules among `rules` (of those this was
+    made for), `leave()` puts every one back."""
+    import gc
+    import types
+
+    import torch._inductor  # noqa: F401 - the profiler imports it the first time it starts: not inside a call
+
+    parts = {rule: rule[3:].partition(":")[::2] for rule in rules if rule.startswith("py:")}
+    state = {"index": None, "active": frozenset(), "saved": {}, "files": {}, "made": {}}
+    raisers: dict = {}
+
+    def rules_for(filename: str) -> tuple:
+        if filename not in state["files"]:
+            state["files"][filename] = tuple(rule for rule, (path, _) in parts.items() if path in filename)
+        return state["files"][filename]
+
+    def index() -> dict:
+        found: dict = {rule: [] for rule in parts}
+        for obj in gc.get_objects():
+            if type(obj) is types.FunctionType:
+                code = obj.__code__
+                for rule in rules_for(code.co_filename):
+                    if not parts[rule][1] or code.co_name == parts[rule][1]:
+                        found[rule].append(obj)
+        return found
+
+    def raiser(function):
+        """Code that raises, with as many free variables as `function`'s (Python checks that when code is swapped)."""
+        if function in state["made"]:
+            return state["made"][function]
+        code = function.__code__
+        n = len(code.co_freevars)
+        if n not in raisers:
+            cells = [f"cell{i}" for i in range(n)]
+            lines = ["def make():", *([f"    {' = '.join(cells)} = None"] if n else [])]
+            lines += ["    def refused(*args, **kwargs):", '        raise RuntimeError("MESSAGE")']
+            lines += [f"        ({', '.join(cells)},)"] if n else []  # never runs: it makes the cells free variables
+            lines += ["    return refused.__code__"]
+            made: dict = {}
+            exec(compile("\n".join(lines), "<taken out by the judge>", "exec"), made)  # noqa: S102 - the judge's own
+            raisers[n] = made["make"]()
+        where = code.co_filename.rsplit("site-packages/", 1)[-1]
+        message = f"this exercise forbids {code.co_qualname} ({where}): the judge took it out while your code runs"
+        consts = tuple(message if c == "MESSAGE" else c for c in raisers[n].co_consts)
+        state["made"][function] = raisers[n].replace(co_consts=consts, co_name=code.co_name)
+        return state["made"][function]
+
+    def hook(event, args):
+        if event != "exec" or not args or type(args[0]) is not types.CodeType:
+            return
+        hits = rules_for(args[0].co_filename)
+        if not hits:
+            return
+        if any(rule in state["active"] for rule in hits):
+            raise RuntimeError(f"this exercise forbids running {args[0].co_filename} while your code runs")
+        state["index"] = None  # a module of those files ran afresh: its functions are new objects
+
+    sys.addaudithook(hook)
+
+    def enter(probe_rules) -> None:
+        active = frozenset(rule for rule in probe_rules if rule in parts)
+        if not active:
+            return
+        if state["index"] is None:
+            state["index"] = index()
+        saved = state["saved"]
+        for rule in active:
+            for function in state["index"][rule]:
+                if function not in saved:
+                    saved[function] = function.__code__
+                    function.__code__ = raiser(function)
+        state["active"] = active
+
+    def leave() -> None:
+        state["active"] = frozenset()
+        saved = state["saved"]
+        for function, code in saved.items():
+            function.__code__ = code
+        saved.clear()
+
+    return enter, leave

@@ -1129,7 +1129,7 @@ try:
 except RuntimeError as err:
     print("REFUSED", err)
     sys.exit(0)
-run(request, namespace, timeout=10, deadline=time.monotonic() + 60)
+run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=len(sys.argv) > 3)
 print(json.dumps(judge.verdicts(prepared)["test_layernorm"]))
 """
 TAMPERED = """
@@ -1237,6 +1237,86 @@ def test_an_operator_one_exercise_forbids_is_taken_out_before_its_probes_only(tm
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "took it out of the process" in verdicts["test_gelu_new"]["message"], verdicts
     assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts  # they may use GELU
+
+
+# Torch's Python implementations (its decompositions and references, `torch.distributions`) are no operator: the
+# dispatcher cannot take them out, and a record blinded through the profiler's class misses them. While a probe's
+# call runs, the probe child swaps their code for code that raises; the rest of the time they are as they were.
+BLINDED_DECOMPOSITION = (
+    BLINDED.replace(
+        '"norm" not in str(e.name)', 'not any(w in str(e.name) for w in ("norm", "_decomp", "_refs", "_prims"))'
+    )
+    .replace(
+        "torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]",
+        "_decomposed(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
+    )
+    .replace(
+        "import torch\n",
+        "import torch\nimport torch._decomp\n\n"
+        "_decomposed = torch._decomp.decomposition_table[torch.ops.aten.native_layer_norm.default]\n",
+        1,
+    )
+)
+SEALED_05 = (
+    SEALED_04.replace('"04_mlp_and_block")', '"04_mlp_and_block", "05_full_gpt2")')
+    .replace('prepare("04_mlp_and_block"', 'prepare("05_full_gpt2"')
+    .replace("<learner 04_mlp_and_block cell 9>", "<learner 05_full_gpt2 cell 9>")
+)
+BLINDED_DISTRIBUTIONS = BLINDED_GELU.replace('"gelu" not in', '"distributions" not in').replace(
+    """def gelu_new(x):
+    return torch.nn.functional.gelu(x, approximate="tanh")
+""",
+    """def cross_entropy_loss(logits, tokens):
+    return -torch.distributions.Categorical(logits=logits[:, :-1]).log_prob(tokens[:, 1:]).mean()
+""",
+)
+
+
+def test_torchs_python_implementations_are_taken_out_while_a_probe_runs(tmp_path):
+    assert "_decomposed(residual" in BLINDED_DECOMPOSITION
+    blinded = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job0"), BLINDED_DECOMPOSITION))
+    assert blinded["passed"], blinded  # the record alone is blinded, and the decomposition runs no forbidden operator
+    taken = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job1"), BLINDED_DECOMPOSITION, "take out"))
+    assert not taken["passed"] and "took it out while your code runs" in taken["message"], taken
+    assert "torch/_decomp/__init__.py" in taken["message"], taken
+    verdicts = json.loads(child_says(SEALED_05, str(tmp_path / "job4"), BLINDED_DISTRIBUTIONS))
+    assert not verdicts["test_cross_entropy_loss"]["passed"], verdicts
+    assert "torch/distributions/" in verdicts["test_cross_entropy_loss"]["message"], verdicts
+    assert all(v["passed"] for k, v in verdicts.items() if k != "test_cross_entropy_loss"), verdicts
+
+
+# A fresh copy of an oracle's file (a new module from its source, an import after `del sys.modules[...]`) makes new
+# functions the swap has not reached: running such a module is refused while a call runs that forbids the file.
+FRESH_COPY = """
+import importlib.util, json, torch
+from instructor.probe_runner import _python_out
+
+def fresh():
+    spec = importlib.util.spec_from_file_location("torch.nn.modules.fresh_copy", torch.nn.modules.transformer.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TransformerEncoderLayer(8, 2)
+
+enter, leave = _python_out(["py:torch/nn/modules/transformer.py"])
+said = []
+enter(["py:torch/nn/modules/transformer.py"])
+for make in (lambda: torch.nn.TransformerEncoderLayer(8, 2), fresh):
+    try:
+        make()
+        said.append("ran")
+    except RuntimeError as err:
+        said.append(str(err))
+leave()
+said.append(type(fresh()).__name__)
+print(json.dumps(said))
+"""
+
+
+def test_a_fresh_copy_of_an_oracles_file_cannot_run_while_a_call_forbids_it():
+    inside, fresh, after = json.loads(child_says(FRESH_COPY))
+    assert "forbids TransformerEncoderLayer.__init__" in inside, inside
+    assert "forbids running" in fresh and fresh.endswith("transformer.py while your code runs"), fresh
+    assert after == "TransformerEncoderLayer"  # put back once the call is over
 
 
 @pytest.mark.parametrize(
