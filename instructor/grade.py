@@ -6,7 +6,7 @@ SUBMISSIONS_DIR holds one folder per student with any of the course's notebooks,
 (`01_layernorm.ipynb`, ...). OUT_DIR receives:
 
 - `grades.csv`: one row per student, notebook and graded test (exercise, grade_id, score, max_score, the
-  nbgrader score, the re-check's verdict, the judge's verdict (empty where it does not judge), flags, the reason
+  nbgrader score, the re-check's verdict, the judge's verdict (a test it has no probe for fails), flags, the reason
   for a failure);
 - `summary.csv`: one row per student and notebook (score, max_score, status, flags);
 - `feedback/<student>/<notebook>.html`: nbgrader's feedback (no hidden tests), with the grader's comments;
@@ -1058,8 +1058,10 @@ class Grader:
             nb_score = float(auto) if auto is not None else 0.0
             check = checks.get(test.grade_id, {"passed": False, "message": "no re-check result"})
             passed = bool(check.get("passed"))
-            verdict = judged.get(test.grade_id)  # None: a test the judge does not cover
-            judge_passed = verdict is None or bool(verdict["passed"])
+            # Points need the judge's verdict: a test it has no probe for scores 0, never nbgrader's score alone
+            # (`tests/test_judge.py` keeps every graded test probed).
+            verdict = judged.get(test.grade_id) or {"passed": False, "message": "judge: no probe for this test"}
+            judge_passed = bool(verdict["passed"])
             score = nb_score if passed and judge_passed else 0.0
             reason = ""
             if nb_score < test.points:
@@ -1097,7 +1099,7 @@ class Grader:
                     "max_score": test.points,
                     "nbgrader_score": nb_score,
                     "recheck": "passed" if passed else "failed",
-                    "judge": "" if verdict is None else "passed" if judge_passed else "failed",
+                    "judge": "passed" if judge_passed else "failed",
                     "reason": reason[:500],
                 }
             )

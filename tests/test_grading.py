@@ -1202,3 +1202,25 @@ def test_the_grading_order_names_real_notebooks():
     assert set(NOTEBOOK_SECONDS) <= set(notebook_names()), set(NOTEBOOK_SECONDS) - set(notebook_names())
     order = sorted(notebook_names(), key=lambda name: -Grader._weight(name))
     assert order[0] == max(NOTEBOOK_SECONDS, key=NOTEBOOK_SECONDS.get)
+
+
+def test_a_test_without_the_judges_verdict_scores_zero():
+    """Points need the judge: where it gave no verdict (no probe for the test, say), nbgrader's and the re-check's
+    passes are not enough."""
+    from types import SimpleNamespace
+
+    from instructor.grade import Grader, Item
+
+    def row(judged: dict) -> dict:
+        item = Item(student="s", notebook="01_layernorm", path=REPO_ROOT / "notebooks" / "01_layernorm.ipynb")
+        item.autograde = {"success": True, "grades": {"test_layernorm": {"auto_score": 2.0}}, "errors": {}}
+        item.recheck = {"tests": {"test_layernorm": {"passed": True}}, "events": []}
+        item.judged = judged
+        Grader._score(SimpleNamespace(args=SimpleNamespace(solutions=str(REPO_ROOT / "solutions"))), item)
+        (only,) = item.rows
+        return only
+
+    assert row({"test_layernorm": {"passed": True, "message": None}})["score"] == 2.0
+    missing = row({})
+    assert missing["score"] == 0.0 and missing["judge"] == "failed", missing
+    assert "no probe for this test" in missing["reason"], missing
