@@ -32,7 +32,7 @@ import math
 import os
 import secrets
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from instructor import collect
@@ -81,7 +81,7 @@ class Probe:
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
-    (a bigram language model, `probe_runner.table_lm`), "ragged"/"uneven" (lists of token ids of different
+    (a bigram language model, `probe_runner.table_lm`; "penalty_lm" one that prefers ids 0-5), "ragged"/"uneven" (lists of token ids of different
     lengths) and "finishing_eos" (an id the course's model emits early, from other arguments: `_finishing_eos`).
     `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
     how an output is judged (`compare`)."""
@@ -443,6 +443,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             )
             for eos in (NEVER_EOS, (0, SMALL["d_vocab"] - 1))
         ),
+        _fn(  # greedy under a frequency penalty: the options reach the sampler with the whole sequence, the
+            # prompt's tokens counted (`penalty_lm` makes every other way of counting choose another first token)
+            "test_generate",
+            "generate",
+            ("penalty_lm", None),
+            ("all_few_tokens", ("batch", "n_ctx")),
+            ("int", (12, 16)),
+            ("int", NEVER_EOS),
+            ("int", (1, 1)),
+            ("real", (1.5, 3.0)),
+            keywords=("eos_token_id", "top_k", "frequency_penalty"),
+            compare="exact",
+        ),
         *(
             _fn(
                 "test_beam_search",
@@ -501,13 +514,18 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         Probe(  # the prompt at once, then token by token with the cache: every position's logits
             "test_kv_cache", "KVCacheTransformer", (("tokens", ("batch", "pos")), ("int", (1, 2))), script="kv_steps"
         ),
-        _fn(
+        _fn(  # two calls on one model, two prompts: the tokens exactly, a fresh cache for each call, and the
+            # positions embedded per forward (the prompt once, then one token a step: the cache is what is graded)
             "test_cached_generate",
             "cached_generate",
             ("module", "KVCacheTransformer"),
             ("tokens", ("batch", "short_pos")),
-            ("int", (1, 4)),
-            compare="exact",
+            ("tokens", ("batch", "short_pos")),
+            ("int", (2, 4)),
+            output="dict",
+            script="cached_steps",
+            expect="cached_steps",
+            compare="cached_steps",
         ),
         # Prompts of different lengths ("uneven": the first the longest, the second the shortest, so that rows are
         # padded on every draw), a padding id drawn among the ordinary ones: attending to a pad shows.
@@ -718,7 +736,14 @@ def _addition_run(course, model, args, n_digits, batches) -> dict:
     )
 
 
+def _cached_steps(course, model, tokens, other, new_tokens) -> dict:
+    from instructor.probe_runner import cached_steps
+
+    return cached_steps(course.cached_generate, model, tokens, other, new_tokens)
+
+
 EXPECTATIONS = {
+    "cached_steps": _cached_steps,
     "sampling_distribution": _sampling_distribution,
     "segment_rules": _segment_rules,
     "trained_weights": _trained_weights,
@@ -1048,6 +1073,14 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
         if kind == "table_lm_eos":  # the last id, <|endoftext|> in these probes, likely after every token: beams
             table[:, -1] += 1.5  # finish at several lengths, where the length penalty and the stopping rules decide
+        tensors[key] = table
+        return table_lm(table.clone()), {"table_lm": key}
+    if kind == "penalty_lm":  # a bigram model that prefers ids 0-5 (every "all_few_tokens" row holds each of them)
+        # by 0.8 or more over every other id: under a frequency penalty of 1.5 or more, counted over the whole row,
+        # the first new token of every row is another id; counted any other way (the prompt left out, the last
+        # token only, no penalty) it is one of 0-5
+        table = torch.rand((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen) * 0.2
+        table[:, :6] += 1.0
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
     x = _random_input(kind, tuple(dims[d] if isinstance(d, str) else d for d in param), dims, gen)
@@ -1391,10 +1424,37 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
     return None
 
 
+def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
+    import torch
+
+    if set(got) != set(expected):
+        return f"returned {sorted(got)}, not a generation's tokens"
+    probe = replace(probe, compare="exact")
+    why = _compare_tensor(probe, got["tokens"], expected["tokens"], what="the tokens of a first call")
+    if why is not None:
+        return f"differs from greedy decoding with full recomputes: {why}"
+    if _compare_tensor(probe, got["again"], expected["again"], what="a second call's tokens") is not None:
+        return (
+            "was right on a first call and wrong on a second call with another prompt on the same model: something "
+            "was kept from the first call (the cache?). Start every call with an empty cache."
+        )
+    if not torch.equal(got["embedded"], expected["embedded"]):
+        first, most = got["embedded"].tolist()
+        if first == most == 0:
+            return "never ran the model's `embed`: the judge counts the positions each forward embeds"
+        return (
+            f"embedded {first} positions in its first forward and up to {most} in a later one, on a prompt of "
+            f"{expected['embedded'][0].item()}: the prompt once, then only the one new token each step"
+        )
+    return None
+
+
 def compare(probe: Probe, got, expected) -> str | None:
     """Why `got` is not the course's output (None when it is)."""
     import torch
 
+    if probe.compare == "cached_steps":
+        return _compare_cached(probe, got, expected)
     if probe.compare == "repeated_segments":
         return _compare_segments(got, expected)
     if probe.compare == "addition_run":

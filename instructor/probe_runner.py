@@ -345,6 +345,27 @@ def kv_steps(model, tokens, start: int):
     return torch.cat(outs, dim=1)
 
 
+def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:
+    """`cached_generate` run twice on one model, on two prompts: each call's tokens ("tokens", "again"), and how
+    many positions the model embedded in the first call's forwards ("embedded": in the first forward, then the most
+    in any later one, 1 where there is none; 0, 0 where `model.embed` never ran)."""
+    import torch
+
+    embed = getattr(model, "embed", None)
+    if not isinstance(embed, torch.nn.Module):
+        raise ProbeError("the model has no `embed` module")
+    lengths: list[int] = []
+    handle = embed.register_forward_hook(lambda module, args, out: lengths.append(int(args[0].shape[-1])))
+    try:
+        first = cached_generate(model, tokens, new_tokens)
+        seen = list(lengths)
+    finally:
+        handle.remove()
+    again = cached_generate(model, other, new_tokens)
+    embedded = [seen[0], max(seen[1:], default=1)] if seen else [0, 0]
+    return {"tokens": first, "again": again, "embedded": torch.tensor(embedded, dtype=torch.int64)}
+
+
 def trained_weights(train, model, train_windows, val_windows, args) -> dict:
     """`train` run on `model` (its log kept quiet), then the model's weights: what the judge compares."""
     import torch
@@ -431,6 +452,7 @@ def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int):
 
 SCRIPTS = {
     "kv_steps": kv_steps,
+    "cached_steps": cached_steps,
     "padded_steps": padded_steps,
     "trained_weights": trained_weights,
     "addition_run": addition_run,
