@@ -511,8 +511,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("beam_scores_banned", 2, 3, False),
             )
         ),
-        Probe(  # the prompt at once, then token by token with the cache: every position's logits
-            "test_kv_cache", "KVCacheTransformer", (("tokens", ("batch", "pos")), ("int", (1, 2))), script="kv_steps"
+        Probe(  # the prompt at once, then token by token with the cache, the cache itself, several tokens at once
+            # after a cached one, and the context's edge (`probe_runner.kv_steps`)
+            "test_kv_cache",
+            "KVCacheTransformer",
+            (("tokens", ("batch", "pos")), ("int", (1, 2)), ("dim", "n_ctx")),
+            output="dict",
+            script="kv_steps",
+            compare="kv_steps",
         ),
         _fn(  # two calls on one model, two prompts: the tokens exactly, a fresh cache for each call, and the
             # positions embedded per forward (the prompt once, then one token a step: the cache is what is graded)
@@ -1424,6 +1430,29 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
     return None
 
 
+KV_STEPS = {  # what each of kv_steps's outputs is, for the message when it differs
+    "one_at_a_time": "the logits of a prompt, then of one new token at a time with the cache,",
+    "layer0_keys": "the keys cached at layer 0 ([batch pos n_heads d_head], the past's before the new ones)",
+    "layer0_values": "the values cached at layer 0 ([batch pos n_heads d_head], the past's before the new ones)",
+    "at_once_after_cache": "the logits of several new tokens in one call after a cached one (one at a time they "
+    "were right)",
+    "fills_n_ctx": "the logits of a call that fills the context to n_ctx exactly",
+}
+
+
+def _compare_kv(probe: Probe, got: dict, expected: dict) -> str | None:
+    if set(got) != set(expected):
+        return f"returned {sorted(got)}, not the course's outputs {sorted(expected)}"
+    for key, what in KV_STEPS.items():
+        if key in expected:
+            why = _compare_tensor(replace(probe, compare="close"), got[key], expected[key], what=what)
+            if why is not None:
+                return why
+    if int(got["past_n_ctx_refused"]) != int(expected["past_n_ctx_refused"]):
+        return "a call past n_ctx (cached + new tokens more than n_ctx) did not raise a ValueError naming n_ctx"
+    return None
+
+
 def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
     import torch
 
@@ -1455,6 +1484,8 @@ def compare(probe: Probe, got, expected) -> str | None:
 
     if probe.compare == "cached_steps":
         return _compare_cached(probe, got, expected)
+    if probe.compare == "kv_steps":
+        return _compare_kv(probe, got, expected)
     if probe.compare == "repeated_segments":
         return _compare_segments(got, expected)
     if probe.compare == "addition_run":

@@ -332,9 +332,12 @@ def build_module(name: str, target, spec: dict, tensors: dict):
     return module.eval()
 
 
-def kv_steps(model, tokens, start: int):
-    """A KV-cached model run as generation runs it: `tokens[:, :start]` in one call, then each later token alone
-    with the cache; the logits of every position, [batch pos d_vocab]."""
+def kv_steps(model, tokens, start: int, n_ctx: int) -> dict:
+    """A KV-cached model run as generation runs it, and at the context's edge: `tokens[:, :start]` in one call, then
+    each later token alone with the cache (every position's logits, "one_at_a_time"); the keys and values cached at
+    layer 0 after them; every token after the first in one call after the first is cached ("at_once_after_cache");
+    the context filled to `n_ctx` exactly ("fills_n_ctx") and whether one token more raised a ValueError naming
+    n_ctx ("past_n_ctx_refused": 1 or 0)."""
     import torch
 
     logits, past = model(tokens[:, :start])
@@ -342,7 +345,21 @@ def kv_steps(model, tokens, start: int):
     for i in range(start, tokens.shape[1]):
         logits, past = model(tokens[:, i : i + 1], past)
         outs.append(logits)
-    return torch.cat(outs, dim=1)
+    out = {"one_at_a_time": torch.cat(outs, dim=1), "layer0_keys": past[0][0], "layer0_values": past[0][1]}
+    _, first = model(tokens[:, :1])
+    out["at_once_after_cache"] = model(tokens[:, 1:], first)[0]
+    fill = tokens.repeat(1, n_ctx // tokens.shape[1] + 1)[:, : n_ctx - tokens.shape[1]]
+    if fill.shape[1]:
+        out["fills_n_ctx"], past = model(fill, past)
+    try:
+        model(tokens[:, :1], past)
+        refused = 0
+    except ValueError as err:
+        refused = int("n_ctx" in str(err))
+    except Exception:  # noqa: BLE001 - any other failure is not the refusal asked for
+        refused = 0
+    out["past_n_ctx_refused"] = torch.tensor(refused)
+    return out
 
 
 def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:

@@ -223,6 +223,21 @@ def verdict_of(notebook: str, grade_id: str, namespace: dict, folder) -> dict:
     return judge.verdicts(run(notebook, namespace, folder))[grade_id]
 
 
+def _head_first_cache() -> tuple[str, str]:
+    """KVCacheAttention keeping its cache [batch n_heads pos d_head], consistently: the right logits, another layout."""
+    source = component_source("07_sampling_and_kv_cache")
+    start = source.index("class KVCacheAttention")
+    offset = "offset = 0 if past_kvs is None else past_kvs[0][0].shape[1]"  # in KVCacheTransformer's forward
+    old = source[source.index("        if past_kv is not None:\n", start) : source.index(offset, start) + len(offset)]
+    new = (
+        old.replace("[past_kv[0], k]", "[past_kv[0].transpose(1, 2), k]")
+        .replace("[past_kv[1], v]", "[past_kv[1].transpose(1, 2), v]")
+        .replace("        return out, (k, v)\n", "        return out, (k.transpose(1, 2), v.transpose(1, 2))\n")
+        .replace(offset, offset.replace("shape[1]", "shape[2]"))
+    )
+    return old, new
+
+
 MISTAKES = [
     (
         "06_training",
@@ -245,6 +260,29 @@ MISTAKES = [
         "next_token = logits[:, 0].argmax(dim=-1, keepdim=True)  # [batch 1]",
         "differs from greedy decoding with full recomputes",
     ),
+    (  # no causal mask once there is a cache (one token at a time needs none; several new tokens do)
+        "07_sampling_and_kv_cache",
+        "test_kv_cache",
+        "future = torch.triu(torch.ones(new, total, dtype=torch.bool, device=q.device), diagonal=total - new + 1)",
+        (
+            "future = torch.triu(torch.ones(new, total, dtype=torch.bool, device=q.device), "
+            "diagonal=total - new + 1 if past_kv is None else total)"
+        ),
+        "several new tokens in one call after a cached one",
+    ),
+    (  # a context past n_ctx not refused
+        "07_sampling_and_kv_cache",
+        "test_kv_cache",
+        "block.attn = KVCacheAttention(cfg)\n\n    def forward(\n        self, tokens",
+        (  # a window that slides: the oldest cached position dropped
+            "block.attn = KVCacheAttention(cfg)\n\n    def forward(\n        self, tokens, past_kvs=None):\n"
+            "        if past_kvs is not None and past_kvs[0][0].shape[1] + tokens.shape[1] > self.cfg.n_ctx:\n"
+            "            past_kvs = [(k[:, 1:], v[:, 1:]) for k, v in past_kvs]\n"
+            "        return self.forward_within(tokens, past_kvs)\n\n    def forward_within(\n        self, tokens"
+        ),
+        "did not raise a ValueError naming n_ctx",
+    ),
+    ("07_sampling_and_kv_cache", "test_kv_cache", *_head_first_cache(), "the keys cached at layer 0"),
     (  # the frequency penalty counts only the last token, not the whole sequence
         "07_sampling_and_kv_cache",
         "test_generate",
