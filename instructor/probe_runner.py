@@ -378,7 +378,13 @@ def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict
         seen = list(lengths)
     finally:
         handle.remove()
-    again = cached_generate(model, other, new_tokens)
+    try:
+        again = cached_generate(model, other, new_tokens)
+    except Exception as err:  # noqa: BLE001 - what the second call raised is what the judge reports
+        raise ProbeError(
+            f"cached_generate worked on a first call and raised on a second call with another prompt on the same "
+            f"model: {type(err).__name__}: {err}"
+        ) from None
     embedded = [seen[0], max(seen[1:], default=1)] if seen else [0, 0]
     return {"tokens": first, "again": again, "embedded": torch.tensor(embedded, dtype=torch.int64)}
 

@@ -302,7 +302,7 @@ MISTAKES = [
         "test_cached_generate",
         "logits, past_kvs = model(tokens)  # the prompt, once",
         'logits, past_kvs = model(tokens, getattr(model, "kept", None))\n    model.kept = past_kvs',
-        "wrong on a second call with another prompt",
+        "on a second call with another prompt",
     ),
     (
         "07_sampling_and_kv_cache",
