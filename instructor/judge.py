@@ -66,7 +66,13 @@ SMALL_ENCDEC = {
     "bos_id": 1,
     "eos_id": 2,
 }
-CONFIGS = {"gpt2": ("Config", SMALL), "encdec": ("EncoderDecoderConfig", SMALL_ENCDEC)}
+CONFIGS = {
+    "gpt2": ("Config", SMALL),
+    # layer_norm_eps drawn for each job between 0.1 and 1 (`prepare`): an epsilon hard-coded to GPT-2's, or added
+    # outside the square root, shows on inputs of unit spread, as the LayerNorm check's eps of 0.5 shows it
+    "gpt2_eps": ("Config", SMALL),
+    "encdec": ("EncoderDecoderConfig", SMALL_ENCDEC),
+}
 MAX_OUTPUT_BYTES = 16 << 20  # the outputs of every probe together are a few hundred kB at most
 LR_FIELDS = ("max_steps", "lr", "warmup_steps", "min_lr_ratio")
 
@@ -82,7 +88,8 @@ class Probe:
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
     (a bigram language model, `probe_runner.table_lm`; "penalty_lm" one that prefers ids 0-5), "ragged"/"uneven" (lists of token ids of different
-    lengths) and "finishing_eos" (an id the course's model emits early, from other arguments: `_finishing_eos`).
+    lengths) and "finishing_eos"/"generate_eos" (an id the course's model emits early, from other arguments:
+    `_finishing_eos`, `_generate_eos`).
     `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
     how an output is judged (`compare`)."""
 
@@ -90,9 +97,9 @@ class Probe:
     target: str
     args: tuple[tuple[str, object], ...]
     module: bool = True
-    config: str = "gpt2"  # a module's config: "gpt2" (harness's Config) or "encdec" (EncoderDecoderConfig)
+    config: str = "gpt2"  # a module's config (`CONFIGS`): "gpt2" (harness's Config), "gpt2_eps", or "encdec"
     output: str = "tensor"  # "tensor", "scalar", "dict" (of tensors) or "tuple" (of tensors)
-    compare: str = "close"  # "close", "exact", "mask", "filter", "softmax" or "scalar"
+    compare: str = "close"  # "close", "exact", "mask", "filter", "softmax", "greedy" or "scalar"
     atol: float | None = None  # the check's own absolute tolerance, where it is looser than the default
     keywords: tuple[str, ...] = ()  # the names of the last arguments, passed by keyword
     expect: str | None = None  # what the expected output is, where it is not the course's return value
@@ -265,7 +272,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn("test_merge_heads", "merge_heads", ("float", ("batch", "pos", "n_heads", "d_head"))),
         _fn("test_head_scores", "head_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
     ),
-    "01_layernorm": (Probe("test_layernorm", "LayerNorm", BATCH_POS_MODEL),),
+    "01_layernorm": (Probe("test_layernorm", "LayerNorm", BATCH_POS_MODEL, config="gpt2_eps"),),
     "02_embeddings": (
         Probe("test_embed", "Embed", TOKENS),
         Probe("test_pos_embed", "PosEmbed", TOKENS),
@@ -377,6 +384,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     ),
     "07_sampling_and_kv_cache": (
         _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.2, 3.0)), compare="softmax"),
+        _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.0, 0.0)), compare="greedy"),
         _fn("test_top_k_filter", "top_k_filter", LOGITS, ("int", (1, 20)), compare="filter"),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.05, 0.95)), compare="filter"),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.2, 0.9)), ("int", (2, 6)), compare="filter"),
@@ -422,6 +430,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
                 compare="samples",
                 expect="sampling_distribution",
+                script="same_seed_twice",
             )
             for options in (
                 (("none", None), ("none", None), ("real", (0.0, 0.0))),
@@ -436,12 +445,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("table_lm", None),
                 ("tokens", ("batch", "pos")),
                 ("int", (4, 16)),
-                ("int", eos),
+                eos,
                 ("int", (1, 1)),
                 keywords=("eos_token_id", "top_k"),
                 compare="exact",
             )
-            for eos in (NEVER_EOS, (0, SMALL["d_vocab"] - 1))
+            # an end-of-text id no row emits, and one a row emits early while another emits it later or never
+            for eos in (("int", NEVER_EOS), ("generate_eos", (0, 1, 2)))
         ),
         _fn(  # greedy under a frequency penalty: the options reach the sampler with the whole sequence, the
             # prompt's tokens counted (`penalty_lm` makes every other way of counting choose another first token)
@@ -702,6 +712,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("int", (2, 10)),
             config="encdec",
             compare="exact",
+            script="decode_once",
         ),
     ),
 }
@@ -1009,7 +1020,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
-    if kind in ("run_cache", "addition_batches", "finishing_eos"):
+    if kind in ("run_cache", "addition_batches", "finishing_eos", "generate_eos"):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
         fields = {
@@ -1099,7 +1110,21 @@ def _finishing_eos(course, model, prompts, pad: int) -> int:
     emits first at its second step or later while another row emits it later or never (rows then finish at
     different steps), else the id the first row emits second."""
     longest = len(prompts[0])  # the "uneven" prompts' first is the longest
-    rows = course.padded_generate(model, prompts, SMALL["n_ctx"] - longest, NEVER_EOS[0], pad)[:, longest:].tolist()
+    return _first_to_finish(
+        course.padded_generate(model, prompts, SMALL["n_ctx"] - longest, NEVER_EOS[0], pad)[:, longest:].tolist()
+    )
+
+
+def _generate_eos(course, model, tokens, new_tokens: int) -> int:
+    """For generate: an end-of-text id that the greedy continuation of one row emits first at its second step or
+    later while another row emits it later or never (`_first_to_finish`)."""
+    out = course.generate(model, tokens.clone(), new_tokens, eos_token_id=NEVER_EOS[0], top_k=1)
+    return _first_to_finish(out[:, tokens.shape[1] :].tolist())
+
+
+def _first_to_finish(rows: list[list[int]]) -> int:
+    """An id that a row of `rows` (the first where it can) emits first at its second step or later while another
+    row emits it later or never, else the id the first row emits second."""
 
     def first(row, token):
         return row.index(token) if token in row else len(row)
@@ -1153,6 +1178,8 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
     for i, probe in enumerate(PROBES[notebook]):
         name = f"p{i}"
         class_name, cfg = CONFIGS[probe.config]
+        if probe.config == "gpt2_eps":
+            cfg = {**cfg, "layer_norm_eps": (100 + secrets.randbelow(901)) / 1000}
         seq_len = 2 + secrets.randbelow(5)
         dims = {"batch": 2, "pos": pos, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
         dims["ngram_rows"] = 4  # three rows built for the n-gram ban (runs of 1 to 3), one random
@@ -1173,8 +1200,9 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
                     entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
                 with torch.no_grad():
                     drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
-            if kind == "finishing_eos":  # an id the course's model emits early in the first row, so rows finish
-                drawn[j] = (_finishing_eos(course, *(drawn[k][0] for k in param)),)  # at different steps
+            if kind in ("finishing_eos", "generate_eos"):  # an id the course's model emits early in one row,
+                finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
+                drawn[j] = (finish(course, *(drawn[k][0] for k in param)),)
                 drawn[j] += ({"value": drawn[j][0]},)
             if kind == "addition_batches":  # the problems of every step, for the arguments' batch size and digits
                 args_at, digits_at = param
@@ -1292,6 +1320,13 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
     if tuple(got.shape) != expected_shape:
         return f"{what} has shape {list(got.shape)}, expected {list(expected_shape)}"
     differs = f"{what} differs from the course's {probe.target} on fresh inputs"
+    if probe.compare == "greedy":  # all the probability on each row's largest logit, however that is written
+        probs = got.double().softmax(-1)
+        if probs.isnan().any() or (probs.max(-1).values < 1 - 1e-6).any():
+            return f"{differs}: sampling from it is not greedy (all the probability on each row's largest logit)"
+        if not torch.equal(probs.argmax(-1), expected.argmax(-1)):
+            return f"{differs}: it keeps another token than each row's largest logit"
+        return None
     if probe.compare == "samples":
         return _compare_samples(got, expected)
     if probe.compare == "exact":

@@ -97,8 +97,10 @@ def table_seq2seq(table, fields: dict):
             super().__init__()
             self.cfg = EncoderDecoderConfig(**fields)
             self.table = torch.nn.Parameter(table, requires_grad=False)
+            self.encode_calls = 0  # what `decode_once` reads
 
         def encode(self, src):
+            self.encode_calls += 1
             return self.table[src]  # [batch src d_vocab]
 
         def decode(self, tgt, memory, src):
@@ -283,6 +285,11 @@ def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict
 
     def call() -> dict:
         full = [_argument(spec, namespace, tensors) if _learners(spec) else arg for spec, arg in zip(specs, args)]
+        # The judge's tensors as given: the checks refuse an exercise that changes its input in place, so the
+        # judge does too (a filter that writes -inf into the logits it was given and returns them passed it)
+        given = [
+            (j, value.clone()) for j, value in enumerate(full) if "tensor" in specs[j] and type(value) is torch.Tensor
+        ]
         keywords = dict(zip(names, full[len(full) - len(names) :], strict=True))
         positional = full[: len(full) - len(names)]
         fn = build_module(probe["target"], target, probe, tensors) if probe["kind"] == "module" else target
@@ -294,7 +301,15 @@ def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict
             out = fn(*positional, **keywords)
         if probe.get("output") == "param_groups":
             out = param_group_decay(out, positional[0])
-        return _outputs(probe, out)
+        result = _outputs(probe, out)
+        for j, before in given:
+            if not torch.equal(full[j], before):
+                which = f"`{names[j - len(positional)]}`" if j >= len(positional) else f"argument {j + 1}"
+                raise ProbeError(
+                    f"{probe['target']} changed its input ({which}) in place: compute into a new tensor "
+                    "(x.masked_fill(...), not x.masked_fill_(...) or x[...] = ...)"
+                )
+        return result
 
     result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())), withdraw)
     if type(result) is not dict or any(type(value) is not torch.Tensor for value in result.values()):
@@ -389,6 +404,37 @@ def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict
     return {"tokens": first, "again": again, "embedded": torch.tensor(embedded, dtype=torch.int64)}
 
 
+def decode_once(decode, model, src, max_len: int):
+    """`decode`'s tokens, refused if it encoded the source other than once (the source does not change while it
+    decodes: the checks count the encoder's calls)."""
+    model.encode_calls = 0
+    out = decode(model, src, max_len)
+    if model.encode_calls != 1:
+        raise ProbeError(
+            f"greedy_decode called model.encode {model.encode_calls} times: encode the source once, before the "
+            "loop, and pass the same memory to model.decode at every step"
+        )
+    return out
+
+
+def same_seed_twice(sample, *args, generator, **kwargs):
+    """`sample`'s draws, made twice from generators in the same state: they must be the same draws (the checks
+    sample with the generator they pass, so that a seed reproduces a run)."""
+    import torch
+
+    state = generator.get_state()
+    first = sample(*args, generator=generator, **kwargs)
+    again = torch.Generator()
+    again.set_state(state)
+    second = sample(*args, generator=again, **kwargs)
+    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and torch.equal(first, second)):
+        raise ProbeError(
+            "two calls with generators in the same state drew different tokens: draw with the `generator` given "
+            "(torch.multinomial(probs, 1, generator=generator)), so that a seed reproduces a run"
+        )
+    return first
+
+
 def trained_weights(train, model, train_windows, val_windows, args) -> dict:
     """`train` run on `model` (its log kept quiet), then the model's weights: what the judge compares."""
     import torch
@@ -476,6 +522,8 @@ def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int):
 SCRIPTS = {
     "kv_steps": kv_steps,
     "cached_steps": cached_steps,
+    "same_seed_twice": same_seed_twice,
+    "decode_once": decode_once,
     "padded_steps": padded_steps,
     "trained_weights": trained_weights,
     "addition_run": addition_run,

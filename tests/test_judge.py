@@ -238,6 +238,32 @@ def _head_first_cache() -> tuple[str, str]:
     return old, new
 
 
+LN_MISTAKES = {  # the LayerNorm check's eps of 0.5 shows these; the judge draws its eps between 0.1 and 1
+    "GPT-2's epsilon hard-coded": ("+ self.cfg.layer_norm_eps).sqrt()", "+ 1e-5).sqrt()"),
+    "epsilon outside the square root": (
+        "(centered.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()",
+        "centered.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.cfg.layer_norm_eps",
+    ),
+}
+
+
+RIGHT_LN = NO_NORMALISATION.replace(
+    "        return residual * self.w + self.b\n",
+    "        centered = residual - residual.mean(dim=-1, keepdim=True)\n"
+    "        scale = (centered.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()\n"
+    "        return centered / scale * self.w + self.b\n",
+)
+
+
+@pytest.mark.parametrize("mistake", sorted(LN_MISTAKES))
+def test_a_layernorm_with_the_wrong_epsilon_fails(mistake, tmp_path):
+    old, new = LN_MISTAKES[mistake]
+    assert RIGHT_LN.count(old) == 1, old
+    verdict = judge.verdicts(run(LN, learner(RIGHT_LN.replace(old, new)), tmp_path))["test_layernorm"]
+    assert not verdict["passed"] and "differs from the course's LayerNorm" in verdict["message"], verdict
+    assert judge.verdicts(run(LN, learner(RIGHT_LN), tmp_path / "right"))["test_layernorm"]["passed"]
+
+
 MISTAKES = [
     (
         "06_training",
@@ -283,6 +309,48 @@ MISTAKES = [
         "did not raise a ValueError naming n_ctx",
     ),
     ("07_sampling_and_kv_cache", "test_kv_cache", *_head_first_cache(), "the keys cached at layer 0"),
+    (  # the right distribution, drawn without the generator it was given: a seed no longer reproduces a run
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "num_samples=1, generator=generator)[:, 0]",
+        "num_samples=1)[:, 0]",
+        "draw with the `generator` given",
+    ),
+    (  # the right tokens, the source encoded again at every step
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n",
+        "        next_token = model(src, tgt)[:, -1].argmax(dim=-1)  # [batch]\n",
+        "encode the source once",
+    ),
+    (  # a finished row goes on generating (not padded with the end-of-text id)
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "next_token = torch.where(finished, torch.full_like(next_token, eos_token_id), next_token)",
+        "next_token = next_token",
+        "differs from the course's generate",
+    ),
+    (  # temperature 0 divided by, not greedy
+        "07_sampling_and_kv_cache",
+        "test_apply_temperature",
+        "    if temperature == 0:\n        best",
+        "    if temperature == -1:\n        best",
+        "sampling from it is not greedy",
+    ),
+    (  # the right values, written into the logits it was given
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        'return logits.masked_fill(logits < threshold, float("-inf"))',
+        'return logits.masked_fill_(logits < threshold, float("-inf"))',
+        "changed its input (argument 1) in place",
+    ),
+    (  # the right values, written into the scores it was given
+        "03_attention",
+        "test_apply_causal_mask",
+        "return attn_scores.masked_fill(future, ignore)",
+        "return attn_scores.masked_fill_(future, ignore)",
+        "changed its input (argument 1) in place",
+    ),
     (  # the frequency penalty counts only the last token, not the whole sequence
         "07_sampling_and_kv_cache",
         "test_generate",
