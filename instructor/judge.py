@@ -87,7 +87,8 @@ class Probe:
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
-    (a bigram language model, `probe_runner.table_lm`; "penalty_lm" one that prefers ids 0-5), "ragged"/"uneven" (lists of token ids of different
+    (a bigram language model, `probe_runner.table_lm`; "penalty_lm" one that prefers ids 0-5; "window_lm" one
+    whose context is 4 positions), "ragged"/"uneven" (lists of token ids of different
     lengths) and "finishing_eos"/"generate_eos" (an id the course's model emits early, from other arguments:
     `_finishing_eos`, `_generate_eos`).
     `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
@@ -327,6 +328,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("tokens", ("batch", "pos")),
         ),
         _fn(
+            "test_cross_entropy_loss",
+            "cross_entropy_loss",
+            ("large_logits", ("batch", "pos", "d_vocab")),
+            ("tokens", ("batch", "pos")),
+        ),
+        _fn(
             "test_greedy_generate",
             "greedy_generate",
             ("table_lm", None),
@@ -452,6 +459,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             )
             # an end-of-text id no row emits, and one a row emits early while another emits it later or never
             for eos in (("int", NEVER_EOS), ("generate_eos", (0, 1, 2)))
+        ),
+        _fn(  # a model whose context is 4 positions, past which it raises: the model sees the last n_ctx tokens
+            "test_generate",
+            "generate",
+            ("window_lm", None),
+            ("tokens", ("batch", "pos")),
+            ("int", (4, 8)),
+            ("int", NEVER_EOS),
+            ("int", (1, 1)),
+            keywords=("eos_token_id", "top_k"),
+            compare="exact",
         ),
         _fn(  # greedy under a frequency penalty: the options reach the sampler with the whole sequence, the
             # prompt's tokens counted (`penalty_lm` makes every other way of counting choose another first token)
@@ -591,6 +609,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 output="tuple",
                 compare="repeated_segments",
                 expect="segment_rules",
+                script="same_seed_twice",
             )
             for batch, vocab in (((600, 800), (5, 12)), ((40, 64), (30, 200)))
         ),
@@ -862,6 +881,8 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return (2 * values).masked_fill(future, float("-inf")).softmax(dim=-1)
     if kind == "logits":
         return 3 * values
+    if kind == "large_logits":  # spread over hundreds, as the cross-entropy check's: a softmax then a log underflows
+        return 100 * values
     if kind == "graded_logits":  # per row, probabilities in a geometric series over shuffled ids, the ratio from
         # 0.75 in the first row to 0.92 in the last (top probabilities about 0.25 to 0.08), and logits offset by 15
         # to 20: every band of probabilities wider than a factor 1.4 holds a token, so a threshold taken on the
@@ -1092,6 +1113,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             table[:, -1] += 1.5  # finish at several lengths, where the length penalty and the stopping rules decide
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
+    if kind == "window_lm":  # a bigram model whose context is 4 positions, which refuses more
+        table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        tensors[key] = table
+        return table_lm(table.clone(), n_ctx=4), {"table_lm": key, "n_ctx": 4}
     if kind == "penalty_lm":  # a bigram model that prefers ids 0-5 (every "all_few_tokens" row holds each of them)
         # by 0.8 or more over every other id: under a frequency penalty of 1.5 or more, counted over the whole row,
         # the first new token of every row is another id; counted any other way (the prompt left out, the last

@@ -61,10 +61,11 @@ MAX_PROBE_BYTES = 4 << 20  # one probe's outputs; the course's are a few hundred
 MAX_DICT_ENTRIES = 1000
 
 
-def table_lm(table):
+def table_lm(table, n_ctx: int = 1024):
     """A bigram language model for the probes of generation functions: the logits after a token are its row of
-    `table` ([d_vocab, d_vocab]), so `model(tokens)` is `table[tokens]` ([batch pos d_vocab]). Deterministic, and the
-    same in the judge's process and in the child's."""
+    `table` ([d_vocab, d_vocab]), so `model(tokens)` is `table[tokens]` ([batch pos d_vocab]); more than `n_ctx`
+    positions are refused, as a Transformer's positional embedding refuses them. Deterministic, and the same in the
+    judge's process and in the child's."""
     import torch
 
     from harness.config import Config
@@ -73,12 +74,14 @@ def table_lm(table):
         def __init__(self):
             super().__init__()
             vocab = table.shape[0]
-            self.cfg = Config(d_model=8, n_heads=2, d_head=4, d_mlp=16, n_layers=1, n_ctx=1024, d_vocab=vocab)
+            self.cfg = Config(d_model=8, n_heads=2, d_head=4, d_mlp=16, n_layers=1, n_ctx=n_ctx, d_vocab=vocab)
             self.table = torch.nn.Parameter(table, requires_grad=False)
 
         def forward(self, tokens):
             if tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 2:
                 raise TypeError(f"the model takes int64 tokens [batch pos], got {tokens.dtype} {list(tokens.shape)}")
+            if tokens.shape[1] > self.cfg.n_ctx:
+                raise ValueError(f"{tokens.shape[1]} positions, more than the model's n_ctx = {self.cfg.n_ctx}")
             return self.table[tokens]
 
     return TableLM().eval()
@@ -181,7 +184,7 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         prefix = spec["tensors"]
         return {key[len(prefix) :]: t.clone() for key, t in tensors.items() if key.startswith(prefix)}
     if "table_lm" in spec:
-        return table_lm(tensors[spec["table_lm"]].clone())
+        return table_lm(tensors[spec["table_lm"]].clone(), int(spec.get("n_ctx", 1024)))
     if "config" in spec:
         import harness
 
@@ -417,20 +420,36 @@ def decode_once(decode, model, src, max_len: int):
     return out
 
 
-def same_seed_twice(sample, *args, generator, **kwargs):
-    """`sample`'s draws, made twice from generators in the same state: they must be the same draws (the checks
-    sample with the generator they pass, so that a seed reproduces a run)."""
+def same_seed_twice(sample, *args, **kwargs):
+    """`sample`'s output, made twice from generators in the same state (the `generator` argument, by keyword or the
+    last positional one): it must be the same twice, as the checks require, so that a seed reproduces a run."""
     import torch
 
+    def with_generator(generator):
+        if isinstance(kwargs.get("generator"), torch.Generator):
+            return args, {**kwargs, "generator": generator}
+        at = max(i for i, arg in enumerate(args) if isinstance(arg, torch.Generator))
+        return (*args[:at], generator, *args[at + 1 :]), kwargs
+
+    def same(a, b) -> bool:
+        if isinstance(a, tuple) and isinstance(b, tuple):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+
+    found = [kwargs.get("generator"), *reversed(args)]
+    generator = next((arg for arg in found if isinstance(arg, torch.Generator)), None)
+    if generator is None:
+        raise ProbeError("the judge passed no generator")  # the judge's own mistake: no learner's
     state = generator.get_state()
-    first = sample(*args, generator=generator, **kwargs)
+    first = sample(*args, **kwargs)
     again = torch.Generator()
     again.set_state(state)
-    second = sample(*args, generator=again, **kwargs)
-    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and torch.equal(first, second)):
+    second_args, second_kwargs = with_generator(again)
+    if not same(first, sample(*second_args, **second_kwargs)):
         raise ProbeError(
-            "two calls with generators in the same state drew different tokens: draw with the `generator` given "
-            "(torch.multinomial(probs, 1, generator=generator)), so that a seed reproduces a run"
+            "two calls with generators in the same state drew differently: draw with the `generator` given "
+            "(torch.multinomial(..., generator=generator), torch.randint(..., generator=generator)), so that a "
+            "seed reproduces a run"
         )
     return first
 

@@ -323,6 +323,27 @@ MISTAKES = [
         "        next_token = model(src, tgt)[:, -1].argmax(dim=-1)  # [batch]\n",
         "encode the source once",
     ),
+    (  # the whole sequence fed to the model, past its context
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "logits = model(tokens[:, -model.cfg.n_ctx :])[:, -1]  # [batch d_vocab]",
+        "logits = model(tokens)[:, -1]  # [batch d_vocab]",
+        "more than the model's n_ctx",
+    ),
+    (  # the segments drawn without the generator given
+        "08_interpretability",
+        "test_repeated_segments",
+        "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
+        "segments = torch.randint(1, d_vocab, (batch, max_period))",
+        "two calls with generators in the same state drew differently",
+    ),
+    (  # a softmax, then its log: underflows to log(0) on logits spread over hundreds
+        "05_full_gpt2",
+        "test_cross_entropy_loss",
+        "log_probs = logits[:, :-1].log_softmax(dim=-1)",
+        "log_probs = logits[:, :-1].softmax(dim=-1).log()",
+        "infinite",
+    ),
     (  # a finished row goes on generating (not padded with the end-of-text id)
         "07_sampling_and_kv_cache",
         "test_generate",
