@@ -586,7 +586,11 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("int", (3, 6)),
                 eos,
                 ("int", (0, SMALL["d_vocab"] - 1)),
-                compare="exact",
+                ("dim", "n_ctx"),
+                output="dict",
+                script="padded_generate_steps",
+                expect="padded_generate_steps",
+                compare="cached_steps",
             )
             for eos in (("int", NEVER_EOS), ("finishing_eos", (0, 1, 4)))
         ),
@@ -778,8 +782,15 @@ def _cached_steps(course, model, tokens, other, new_tokens) -> dict:
     return cached_steps(course.cached_generate, model, tokens, other, new_tokens)
 
 
+def _padded_generate_steps(course, model, prompts, new_tokens, eos, pad, n_ctx) -> dict:
+    from instructor.probe_runner import padded_generate_steps
+
+    return padded_generate_steps(course.padded_generate, model, prompts, new_tokens, eos, pad, n_ctx)
+
+
 EXPECTATIONS = {
     "cached_steps": _cached_steps,
+    "padded_generate_steps": _padded_generate_steps,
     "sampling_distribution": _sampling_distribution,
     "segment_rules": _segment_rules,
     "trained_weights": _trained_weights,
@@ -1522,7 +1533,11 @@ def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
     why = _compare_tensor(probe, got["tokens"], expected["tokens"], what="the tokens of a first call")
     if why is not None:
         return f"differs from greedy decoding with full recomputes: {why}"
-    if _compare_tensor(probe, got["again"], expected["again"], what="a second call's tokens") is not None:
+    if "edge" in expected:  # padded_generate: new tokens that bring the longest prompt to n_ctx + 1
+        why = _compare_tensor(probe, got["edge"], expected["edge"], what="the tokens up to n_ctx + 1 positions")
+        if why is not None:
+            return why
+    elif _compare_tensor(probe, got["again"], expected["again"], what="a second call's tokens") is not None:
         return (
             "was right on a first call and wrong on a second call with another prompt on the same model: something "
             "was kept from the first call (the cache?). Start every call with an empty cache."

@@ -420,6 +420,34 @@ def decode_once(decode, model, src, max_len: int):
     return out
 
 
+def padded_generate_steps(padded_generate, model, prompts, new_tokens: int, eos: int, pad: int, n_ctx: int) -> dict:
+    """`padded_generate` on `prompts` ("tokens") with the positions its model embedded in each forward ("embedded":
+    in the first, then the most in any later one, 1 where there is none; 0, 0 where `model.embed` never ran), then
+    with as many new tokens as bring the longest prompt to n_ctx + 1 positions ("edge"): the last new token needs
+    no forward of its own, so the model never sees more than n_ctx."""
+    import torch
+
+    embed = getattr(model, "embed", None)
+    if not isinstance(embed, torch.nn.Module):
+        raise ProbeError("the model has no `embed` module")
+    lengths: list[int] = []
+    handle = embed.register_forward_hook(lambda module, args, out: lengths.append(int(args[0].shape[-1])))
+    try:
+        first = padded_generate(model, [list(p) for p in prompts], new_tokens, eos, pad)
+    finally:
+        handle.remove()
+    fits = n_ctx + 1 - max(len(p) for p in prompts)
+    try:
+        edge = padded_generate(model, [list(p) for p in prompts], fits, eos, pad)
+    except Exception as err:  # noqa: BLE001 - reported as what it is
+        raise ProbeError(
+            f"padded_generate raised {type(err).__name__} ({str(err)[:120]}) with {fits} new tokens, which bring the "
+            f"longest prompt to n_ctx + 1 = {n_ctx + 1} positions: the last new token needs no forward of its own"
+        ) from None
+    embedded = [lengths[0], max(lengths[1:], default=1)] if lengths else [0, 0]
+    return {"tokens": first, "edge": edge, "embedded": torch.tensor(embedded, dtype=torch.int64)}
+
+
 def same_seed_twice(sample, *args, **kwargs):
     """`sample`'s output, made twice from generators in the same state (the `generator` argument, by keyword or the
     last positional one): it must be the same twice, as the checks require, so that a seed reproduces a run."""
@@ -542,6 +570,7 @@ SCRIPTS = {
     "kv_steps": kv_steps,
     "cached_steps": cached_steps,
     "same_seed_twice": same_seed_twice,
+    "padded_generate_steps": padded_generate_steps,
     "decode_once": decode_once,
     "padded_steps": padded_steps,
     "trained_weights": trained_weights,

@@ -323,6 +323,20 @@ MISTAKES = [
         "        next_token = model(src, tgt)[:, -1].argmax(dim=-1)  # [batch]\n",
         "encode the source once",
     ),
+    (  # every step a full recompute of the padded sequence: the right tokens, no cache
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        "        logits, past_kvs = model(next_token[:, None], mask, past_kvs)\n    return tokens\n",
+        "        logits, past_kvs = model(tokens, mask)\n    return tokens\n",
+        "then only the one new token each step",
+    ),
+    (  # a forward for the last new token too: past n_ctx at the context's edge
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        "if finished.all() or step == max_new_tokens - 1:",
+        "if finished.all() or step == max_new_tokens:",
+        "which bring the longest prompt to n_ctx + 1",
+    ),
     (  # the whole sequence fed to the model, past its context
         "07_sampling_and_kv_cache",
         "test_generate",
