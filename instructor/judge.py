@@ -574,8 +574,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         Probe(  # the padded prompts at once, then two tokens per row with the cache: every real position's logits
             "test_padded_transformer",
             "PaddedTransformer",
-            (("uneven", ("padded_rows", (1, 7))), ("tokens", ("padded_rows", 2)), ("int", (0, SMALL["d_vocab"] - 1))),
+            (
+                ("uneven", ("padded_rows", (1, 7))),
+                ("tokens", ("padded_rows", 2)),
+                ("int", (0, SMALL["d_vocab"] - 1)),
+                ("dim", "n_ctx"),
+            ),
+            output="dict",
             script="padded_steps",
+            compare="kv_steps",
         ),
         *(
             _fn(
@@ -1501,8 +1508,10 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
     return None
 
 
-KV_STEPS = {  # what each of kv_steps's outputs is, for the message when it differs
+KV_STEPS = {  # what each of kv_steps's and padded_steps's outputs is, for the message when it differs
     "one_at_a_time": "the logits of a prompt, then of one new token at a time with the cache,",
+    "padded_steps": "the logits of the left-padded prompts, then of one new token at a time with the cache and "
+    "the mask,",
     "layer0_keys": "the keys cached at layer 0 ([batch pos n_heads d_head], the past's before the new ones)",
     "layer0_values": "the values cached at layer 0 ([batch pos n_heads d_head], the past's before the new ones)",
     "at_once_after_cache": "the logits of several new tokens in one call after a cached one (one at a time they "

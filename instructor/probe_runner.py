@@ -545,10 +545,12 @@ def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, n
 addition_run.wants_namespace = True
 
 
-def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int):
+def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int, n_ctx: int) -> dict:
     """A model that takes an attention mask, run as padded generation runs it: the prompts padded on the left with
-    `pad` in one call, then each column of `new_tokens` with the cache and a mask one column longer. The logits of
-    every position, [batch longest+new d_vocab], the pads' set to 0 (nothing reads them, and any value is right)."""
+    `pad` in one call, then each column of `new_tokens` with the cache and a mask one column longer ("padded_steps":
+    the logits of every position, [batch longest+new d_vocab], the pads' set to 0: nothing reads them, and any
+    value is right); then the context's edge, as `kv_steps`: filled to `n_ctx` exactly ("fills_n_ctx"), and
+    whether one token more raised a ValueError naming n_ctx ("past_n_ctx_refused")."""
     import torch
 
     longest = max(len(prompt) for prompt in prompts)
@@ -563,7 +565,21 @@ def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int):
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         logits, past = model(new_tokens[:, i : i + 1], mask.clone(), past)
         outs.append(_plain(logits, "the logits"))
-    return torch.cat(outs, dim=1)
+    out = {"padded_steps": torch.cat(outs, dim=1)}
+    fill = new_tokens.repeat(1, n_ctx)[:, : n_ctx - mask.shape[1]]
+    if fill.shape[1]:
+        mask = torch.cat([mask, torch.ones_like(fill, dtype=torch.bool)], dim=1)
+        out["fills_n_ctx"], past = model(fill, mask.clone(), past)
+    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    try:
+        model(new_tokens[:, :1], mask.clone(), past)
+        refused = 0
+    except ValueError as err:
+        refused = int("n_ctx" in str(err))
+    except Exception:  # noqa: BLE001 - any other failure is not the refusal asked for
+        refused = 0
+    out["past_n_ctx_refused"] = torch.tensor(refused)
+    return out
 
 
 SCRIPTS = {

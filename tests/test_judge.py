@@ -223,6 +223,13 @@ def verdict_of(notebook: str, grade_id: str, namespace: dict, folder) -> dict:
     return judge.verdicts(run(notebook, namespace, folder))[grade_id]
 
 
+PADDED_N_CTX = (  # PaddedTransformer's refusal past n_ctx (KVCacheTransformer has the same line)
+    'past_kvs: list[tuple[Tensor, Tensor]] | None = None,\n    ) -> tuple[Float[Tensor, "batch new d_vocab"], '
+    "list[tuple[Tensor, Tensor]]]:\n        ### BEGIN SOLUTION\n        offset = 0 if past_kvs is None else "
+    "past_kvs[0][0].shape[1]\n        new = tokens.shape[1]\n        if offset + new > self.cfg.n_ctx:"
+)
+
+
 def _head_first_cache() -> tuple[str, str]:
     """KVCacheAttention keeping its cache [batch n_heads pos d_head], consistently: the right logits, another layout."""
     source = component_source("07_sampling_and_kv_cache")
@@ -322,6 +329,13 @@ MISTAKES = [
         "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n",
         "        next_token = model(src, tgt)[:, -1].argmax(dim=-1)  # [batch]\n",
         "encode the source once",
+    ),
+    (  # a padded context past n_ctx not refused
+        "07_sampling_and_kv_cache",
+        "test_padded_transformer",
+        PADDED_N_CTX,
+        PADDED_N_CTX.replace("> self.cfg.n_ctx:", "> self.cfg.n_ctx + 1:"),
+        "did not raise a ValueError naming n_ctx",
     ),
     (  # every step a full recompute of the padded sequence: the right tokens, no cache
         "07_sampling_and_kv_cache",
