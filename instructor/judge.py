@@ -1094,8 +1094,8 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         name, names = param
         fields = {f: dims[f] for f in names}
         return getattr(course, name)(**fields), {"dataclass": name, "fields": fields}
-    if kind == "hf_gpt2":
-        state = _hf_gpt2_state_dict(SMALL, gen)
+    if kind == "hf_gpt2":  # a checkpoint of a longer context than the config's: W_pos is cropped to cfg.n_ctx
+        state = _hf_gpt2_state_dict({**SMALL, "n_ctx": SMALL["n_ctx"] + 1 + _randint(0, 8, gen)}, gen)
         tensors.update({f"{key}.{k}": v for k, v in state.items()})
         return state, {"tensors": f"{key}."}
     if kind == "beam_case":  # one of the check's cases that separate beam search's mistakes, relabelled: its ids

@@ -293,6 +293,11 @@ def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict
         given = [
             (j, value.clone()) for j, value in enumerate(full) if "tensor" in specs[j] and type(value) is torch.Tensor
         ]
+        given_dicts = [  # a state dict the judge made: its entries kept, unchanged
+            (j, {key: t.clone() for key, t in value.items()})
+            for j, value in enumerate(full)
+            if "tensors" in specs[j] and type(value) is dict
+        ]
         keywords = dict(zip(names, full[len(full) - len(names) :], strict=True))
         positional = full[: len(full) - len(names)]
         fn = build_module(probe["target"], target, probe, tensors) if probe["kind"] == "module" else target
@@ -305,6 +310,21 @@ def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict
         if probe.get("output") == "param_groups":
             out = param_group_decay(out, positional[0])
         result = _outputs(probe, out)
+        for j, before in given_dicts:
+            now = full[j]
+            if set(now) != set(before) or any(not torch.equal(now[key], t) for key, t in before.items()):
+                raise ProbeError(
+                    f"{probe['target']} changed the state dict it was given (argument {j + 1}): read it, build a "
+                    "new one (no pop, no del, no in-place change)"
+                )
+        for j, spec in enumerate(specs):  # a HookedTransformer the judge made: no hook left on it
+            if spec.get("hooked"):
+                left = [point.name for point in full[j].hook_dict.values() if point.fwd_hooks or point.bwd_hooks]
+                if left:
+                    raise ProbeError(
+                        f"{probe['target']} left {len(left)} hook(s) on the model (e.g. on {left[0]}): "
+                        "run_with_hooks removes its hooks itself; add_hook needs reset_hooks() afterwards"
+                    )
         for j, before in given:
             if not torch.equal(full[j], before):
                 which = f"`{names[j - len(positional)]}`" if j >= len(positional) else f"argument {j + 1}"

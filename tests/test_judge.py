@@ -330,6 +330,27 @@ MISTAKES = [
         "        next_token = model(src, tgt)[:, -1].argmax(dim=-1)  # [batch]\n",
         "encode the source once",
     ),
+    (  # the checkpoint's whole position table kept: it has more positions than the config's n_ctx
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        'hf["transformer.wpe.weight"][: cfg.n_ctx]',
+        'hf["transformer.wpe.weight"]',
+        "has shape",
+    ),
+    (  # the right weights, popped out of the checkpoint it was given
+        "05_full_gpt2",
+        "test_convert_hf_gpt2_state_dict",
+        'hf["transformer.wpe.weight"][: cfg.n_ctx]',
+        'hf.pop("transformer.wpe.weight")[: cfg.n_ctx]',
+        "changed the state dict it was given",
+    ),
+    (  # the right logits through a hook added for good: the model is left ablated
+        "08_interpretability",
+        "test_mean_ablate_heads",
+        'return model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", ablate)])',
+        'model.add_hook(f"blocks.{layer}.attn.hook_z", ablate)\n    return model(tokens)',
+        "left 1 hook(s) on the model",
+    ),
     (  # a padded context past n_ctx not refused
         "07_sampling_and_kv_cache",
         "test_padded_transformer",
