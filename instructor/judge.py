@@ -393,6 +393,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.2, 3.0)), compare="softmax"),
         _fn("test_apply_temperature", "apply_temperature", LOGITS, ("real", (0.0, 0.0)), compare="greedy"),
         _fn("test_top_k_filter", "top_k_filter", LOGITS, ("int", (1, 20)), compare="filter"),
+        # whole-number logits, ties everywhere: a tie with the k-th largest is kept, as transformers' TopKLogitsWarper
+        _fn(
+            "test_top_k_filter",
+            "top_k_filter",
+            ("tied_logits", ("batch", "d_vocab")),
+            ("int", (1, 8)),
+            compare="filter",
+        ),
+        _fn(  # k larger than the vocabulary: every token kept
+            "test_top_k_filter", "top_k_filter", LOGITS, ("int", (SMALL["d_vocab"] + 1, 300)), compare="filter"
+        ),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.05, 0.95)), compare="filter"),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.2, 0.9)), ("int", (2, 6)), compare="filter"),
         _fn(
@@ -899,6 +910,8 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return (2 * values).masked_fill(future, float("-inf")).softmax(dim=-1)
     if kind == "logits":
         return 3 * values
+    if kind == "tied_logits":  # whole numbers from -3 to 3: every value shared by many tokens of a row
+        return values.mul(1.5).round().clamp(-3, 3)
     if kind == "large_logits":  # spread over hundreds, as the cross-entropy check's: a softmax then a log underflows
         return 100 * values
     if kind == "graded_logits":  # per row, probabilities in a geometric series over shuffled ids, the ratio from

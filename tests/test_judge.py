@@ -407,6 +407,23 @@ MISTAKES = [
         "    if temperature == -1:\n        best",
         "sampling from it is not greedy",
     ),
+    (  # the k largest by index: a tie with the k-th largest dropped
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        '    threshold = logits.topk(k, dim=-1).values[:, -1:]  # [batch 1]\n    return logits.masked_fill(logits < threshold, float("-inf"))',
+        (
+            "    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(k, dim=-1).indices, True)\n"
+            '    return logits.masked_fill(~keep, float("-inf"))'
+        ),
+        "removes",
+    ),
+    (  # k past the vocabulary not capped: topk raises
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        "    k = min(k, logits.shape[-1])\n",
+        "",
+        "top_k_filter raised",
+    ),
     (  # the right values, written into the logits it was given
         "07_sampling_and_kv_cache",
         "test_top_k_filter",
