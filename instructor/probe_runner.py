@@ -841,7 +841,26 @@ REFUSED_EVENTS = (
     "function.__new__",
     "cpython.PyInterpreterState_Clear",
 )
-_HELPERS = ("inspect.py", "traceback.py", "linecache.py", "types.py")
+_HELPERS = ("inspect.py", "traceback.py", "linecache.py", "types.py", "functools.py")
+# Refused wherever learner code is on the stack (`refuse_introspection`), as ctypes and `/proc` are: the routes to a
+# frame, to every object, to memory.
+# Not `sys._getframe`: torch calls it under any learner code (`torch.manual_seed` records the call site with
+# `traceback.format_stack`; imports that sympy's dispatch decorators run), so it stays refused where learner code is
+# the caller only (`_HELPERS` skipped, functools's forwarding wrappers among them).
+FRAME_EVENTS = (
+    "sys._current_frames",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.addaudithook",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+)
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"})
+
+
+class Refused(RuntimeError, ValueError):
+    """What the probe child's audit hook raises (a ValueError too: the standard library's frame readers expect one)."""
 
 
 def sealed_run_probes():
@@ -865,6 +884,7 @@ def sealed_run_probes():
 def refuse_introspection() -> None:
     """Install the audit hook that refuses learner code the routes to the runner's state (above)."""
     refused = frozenset(REFUSED_EVENTS)
+    frame_events = frozenset(FRAME_EVENTS)
     helpers = _HELPERS
     getframe = sys._getframe
 
@@ -875,7 +895,10 @@ def refuse_introspection() -> None:
 
     def hook(event, args):
         if busy[0] or (
-            event not in refused and not event.startswith("ctypes.") and event not in ("open", "object.__setattr__")
+            event not in refused
+            and event not in frame_events
+            and not event.startswith("ctypes.")
+            and event not in ("open", "object.__setattr__")
         ):
             return
         busy[0] = True
@@ -886,17 +909,30 @@ def refuse_introspection() -> None:
 
     def learner_event(event, args):
         frame = getframe(2)
+        path = args[0] if event == "open" and args else None
+        if (
+            event in frame_events
+            or event.startswith("ctypes.")
+            or (event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRIBUTES)
+            or (isinstance(path, (str, bytes)) and b"/proc/" in (path if isinstance(path, bytes) else path.encode()))
+        ):
+            # What reaches a frame (and from there every local of the runner, the probes' inputs among them) or
+            # memory is refused while learner code is anywhere on the stack, not only where it is the caller: a
+            # library function handed `getattr` (functools.singledispatch, string.Formatter) would otherwise read
+            # `tb_frame` on its behalf. A ValueError too, which the standard library's frame readers expect
+            # (namedtuple, typing and enum fall back to another module name).
+            while frame is not None and not is_learner(frame.f_code):
+                frame = frame.f_back
+            if frame is not None:
+                raise Refused(f"the judge refuses {event} while your code runs")
+            return
         while frame is not None and frame.f_code.co_filename.endswith(helpers):
             frame = frame.f_back
         if frame is None or not is_learner(frame.f_code):
             return
         if event == "open":
-            path = args[0] if args else None
-            if not (
-                isinstance(path, (str, bytes)) and b"/proc/" in (path if isinstance(path, bytes) else path.encode())
-            ):
-                return
-        elif event == "object.__setattr__":
+            return
+        if event == "object.__setattr__":
             target = args[0] if args else None
             code = getattr(target, "__code__", None) if callable(target) and not isinstance(target, type) else None
             mine = (isinstance(target, type) and target.__module__ == "__notebook__") or (

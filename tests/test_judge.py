@@ -1540,6 +1540,8 @@ def test_a_fresh_copy_of_an_oracles_file_cannot_run_while_a_call_forbids_it():
         "a frame read while the definitions run",
         "the garbage collector's view",
         "a function's defaults rewritten",
+        "a frame read through a library function handed getattr",
+        "a frame read through a format string",
     ],
 )
 def test_the_probe_childs_runner_is_out_of_the_definitions_reach(route, tmp_path):
@@ -1550,6 +1552,18 @@ def test_the_probe_childs_runner_is_out_of_the_definitions_reach(route, tmp_path
         "a function's defaults rewritten": (
             "import torch\n_r = getattr(torch, 's' + 'ys').modules['instructor.probe_runner']\n"
             "_x = setattr(_r.load_request, '__defa' + 'ults__', ())\n"
+        ),
+        # the red-team review's route: the caller of getattr is functools's wrapper, not the learner's code; the
+        # frames led to the probes' inputs while the definitions ran, and answers made with the forbidden
+        # operators then (04's GELU, 05's cross-entropy, torch._refs's layer norm) scored full marks
+        "a frame read through a library function handed getattr": (
+            "import functools\n_ga = functools.singledispatch(getattr)\n\n\ndef _frame():\n    try:\n"
+            "        raise KeyError('x')\n    except KeyError as err:\n        return _ga(err.__traceback__, 'tb_' + 'frame')"
+            "\n\n\n_f = _frame()\n"
+        ),
+        "a frame read through a format string": (
+            "import string\n\n\ndef _frame():\n    try:\n        raise KeyError('x')\n    except KeyError as err:\n"
+            "        return string.Formatter().format('{0.tb_' + 'frame}', err.__traceback__)\n\n\n_f = _frame()\n"
         ),
     }[route]
     last = child_says(SEALED_CHILD, str(tmp_path / "job"), code)
