@@ -3,13 +3,16 @@
 The judge (`instructor.judge`, outside the sandbox) writes a probe request into a folder of its own: `request.json`
 (for each probe: the name to look up in the learner's namespace, its arguments: tensor keys, numbers, a
 `Config`, a dataclass of the learner's to build; a module's config and weight keys; the kind of output) and
-safetensors files with the inputs and weights. The re-check child reads them while it is still root, before any
-learner code runs (`load_request`), and once its plan has run, builds each learner class, loads the weights,
-runs it on the inputs and writes the outputs (`run_probes`) to `out/outputs.safetensors`, and every failure to
-`out/errors.json`. No expected output is ever in here: the comparison is made outside, after this process is gone.
+safetensors files with the inputs and weights. In the sandbox the probe child forks a feeder before any learner
+code runs, which alone reads them (as root) and hands each probe its entry and inputs when the runner asks for
+that probe, once (`serve_request`, `feeder_client`); elsewhere the child reads them while it is still root
+(`load_request`). Once its plan has run, the child builds each learner class, loads the weights, runs it on the
+inputs and writes the outputs (`run_probes`) to `out/outputs.safetensors`, and every failure to `out/errors.json`.
+No expected output is ever in here: the comparison is made outside, after this process is gone.
 
-Safetensors only, both ways: a file of raw tensors and a JSON header, which loading cannot turn into code (pickle,
-and so `torch.save`/`torch.load`, can).
+Safetensors only from the judge and back to it: a file of raw tensors and a JSON header, which loading cannot turn
+into code (pickle, and so `torch.save`/`torch.load`, can). The feeder, root's own process started from the same
+code, pickles plain rows of bytes to the child.
 """
 
 from __future__ import annotations
@@ -47,6 +50,130 @@ def load_request(folder: str) -> dict:
         with open(os.path.join(folder, os.path.basename(name)), "rb") as f:
             tensors.update(load(f.read()))  # into memory (not mapped): the files may go once the child drops root
     return {"folder": folder, "probes": request["probes"], "tensors": tensors}
+
+
+# ---------------------------------------------------------------------- the feeder
+# In the sandbox, the probe child never holds the judge's inputs before a probe asks for them: a process forked
+# from it before any learner code (`recheck._fed_probes`), root, which never runs learner code, reads the request
+# and serves each probe's entry and tensors once, when the runner asks for that probe. Code run while the
+# definitions load, or in an earlier probe's call, finds no input to compute an answer from with an operator that
+# is still there; and an input asked for out of turn (through the socket, say) is not served again: the probe it
+# belonged to, and every later one, then fails. The runner's side reads through C functions bound before any
+# learner code, so no module attribute a learner rebinds (json's, safetensors', os's) runs while it reads.
+_FEED_LIMIT = 1 << 30  # one message: a probe's tensors are a few MB at most
+
+
+def _feed(fd: int, data: bytes) -> None:
+    message = len(data).to_bytes(8, "big") + data
+    while message:
+        message = message[os.write(fd, message) :]
+
+
+def _fed(fd: int, read=os.read) -> bytes:
+    def exactly(n: int) -> bytes:
+        parts, left = [], n
+        while left:
+            part = read(fd, min(left, 1 << 20))
+            if not part:
+                raise EOFError("the judge's feeder closed")
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+
+    size = int.from_bytes(exactly(8), "big")
+    if size > _FEED_LIMIT:
+        raise EOFError("a message larger than the feeder sends")
+    return exactly(size)
+
+
+def serve_request(folder: str, fd: int) -> None:
+    """The feeder: the probes without their arguments first, then, for each probe name asked for, its entry and
+    tensors (as (key, dtype, shape, bytes) rows), once; a name asked for twice, or unknown, ends the serving."""
+    import pickle
+
+    import torch
+
+    request = load_request(folder)
+    entries = {probe["name"]: probe for probe in request["probes"]}
+    _feed(fd, pickle.dumps([{k: v for k, v in probe.items() if k != "args"} for probe in request["probes"]]))
+    served: set[str] = set()
+    while True:
+        try:
+            name = _fed(fd).decode()
+        except (OSError, EOFError, UnicodeDecodeError):
+            return
+        if name in served or name not in entries:
+            _feed(fd, pickle.dumps(None))
+            return
+        served.add(name)
+        rows = [
+            (
+                key,
+                str(t.dtype).removeprefix("torch."),
+                tuple(t.shape),
+                t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(),
+            )
+            for key, t in request["tensors"].items()
+            if key.startswith(f"{name}.")
+        ]
+        _feed(fd, pickle.dumps((entries[name], rows)))
+
+
+def feeder_client(folder: str, sock) -> dict:
+    """The probe child's request as the feeder gives it: the probes without their arguments, and `fetch(name)`,
+    which asks the feeder for one probe's entry and tensors (`run_probes`)."""
+    import _pickle
+
+    import torch
+
+    loads, frombuffer, empty, read, write = _pickle.loads, torch.frombuffer, torch.empty, os.read, os.write
+    names = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+    dtypes = {name: getattr(torch, name) for name in names}
+    fd = sock.fileno()
+
+    def exactly(n: int) -> bytes:
+        parts, left = [], n
+        while left:
+            part = read(fd, min(left, 1 << 20))
+            if not part:
+                raise EOFError("the judge's feeder closed")
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+
+    def receive():
+        size = int.from_bytes(exactly(8), "big")
+        if size > _FEED_LIMIT:
+            raise EOFError("a message larger than the feeder sends")
+        return loads(exactly(size))
+
+    probes = receive()
+
+    def fetch(name: str, keep=sock) -> tuple[dict, dict]:
+        message = name.encode()
+        message = len(message).to_bytes(8, "big") + message
+        try:
+            while message:
+                message = message[write(fd, message) :]
+            got = receive()
+        except (OSError, EOFError) as err:
+            raise ProbeError(
+                f"the judge's inputs could not be read ({type(err).__name__}): its feeder stops serving once "
+                "inputs are asked for out of turn"
+            ) from None
+        if got is None:
+            raise ProbeError(
+                "the judge's inputs for this probe were asked for out of turn (before it ran, or twice): the "
+                "judge serves each probe's inputs once, so none are served any more"
+            )
+        entry, rows = got
+        tensors = {}
+        for key, dtype, shape, raw in rows:
+            flat = frombuffer(bytearray(raw), dtype=dtypes[dtype]) if raw else empty(0, dtype=dtypes[dtype])
+            tensors[key] = flat.reshape(shape).clone()
+        return entry, tensors
+
+    return {"folder": folder, "probes": probes, "tensors": {}, "fetch": fetch, "feeder_fd": fd}
 
 
 def prepare_output(folder: str, uid: int | None) -> None:
@@ -775,9 +902,12 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
             limit = max(0.5, min(timeout, left))
             signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
             try:
+                tensors = request["tensors"]
+                if request.get("fetch") is not None:  # the feeder's: this probe's entry and inputs, now and once
+                    probe, tensors = request["fetch"](probe["name"])
                 for attempt in range(3):
                     try:
-                        outputs.update(_run_one(probe, namespace, request["tensors"], withdraw))
+                        outputs.update(_run_one(probe, namespace, tensors, withdraw))
                         break
                     except RecordUnreadable as err:
                         if attempt == 2:

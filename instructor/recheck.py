@@ -343,7 +343,33 @@ def _load_probes(folder: str | None, uid: int | None):
         return None
 
 
-# ---------------------------------------------------------------------- template (fork server)
+def _fed_probes(folder: str, uid: int | None):
+    """The probe child's request from a feeder (`probe_runner.serve_request`): a process forked here, as root and
+    before any learner code, that alone reads the judge's files and hands each probe's inputs over when the runner
+    asks for them. It ends when this process does (its socket closes; the template also ends the session)."""
+    import socket
+
+    from instructor.probe_runner import feeder_client, prepare_output, serve_request
+
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            from instructor.sandbox import close_fds_except
+
+            close_fds_except((theirs.fileno(),))
+            serve_request(folder, theirs.fileno())
+        finally:
+            os._exit(0)
+    theirs.close()
+    try:
+        prepare_output(folder, uid)
+        return feeder_client(folder, ours)
+    except Exception:  # noqa: BLE001 - the judge then fails these tests for want of output
+        traceback.print_exc()
+        return None
+
+
 # ---------------------------------------------------------------------- template (fork server)
 MAX_RECORD_LINE = 1 << 20  # one record a child writes, as a JSON line; the course's are a few kB at most
 _ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `component` cells, read before any fork
@@ -590,7 +616,11 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probe
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
     memory = job.get("memory_bytes", 0)
     plan = job["plan"]
-    probes = _load_probes(job.get("probes"), confinement.uid(slot) if confinement is not None else None)
+    uid = confinement.uid(slot) if confinement is not None else None
+    if probes_only and confinement is not None and job.get("probes"):
+        probes = _fed_probes(job["probes"], uid)  # the inputs stay out of this process until each probe runs
+    else:
+        probes = _load_probes(job.get("probes"), uid)
     if confinement is not None:
         if probes_only:  # the answers of the notebooks before this one only (`preload`)
             from instructor.sandbox import INSIDE_PRIVATE
@@ -600,7 +630,8 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probe
                 _answers_from(solutions, before=plan.get("notebook") or "")
         else:
             _forget_answers(plan.get("notebook"))
-        confinement.enter(slot, memory, keep=(result_fd,))
+        fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
+        confinement.enter(slot, memory, keep=(result_fd, *fed))
         if not confinement.cgroup_dir:
             _limit_memory(memory)
     else:

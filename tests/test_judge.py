@@ -1865,3 +1865,37 @@ def test_probes_run_in_the_probe_template_need_only_earlier_notebooks():
             for kind, param in probe.args:
                 if kind in ("course_model", "course_weights", "hooked_course"):
                     assert param[0] < notebook, (notebook, probe.grade_id, param)
+
+
+# The feeder: in the sandbox the probe child holds no input of the judge's until a probe asks for its own, once
+# (a red-team review read the whole request while the definitions ran and stored answers computed with operators
+# not yet taken out). Here with the feeder forked in this process, as the probe child forks it.
+def fed(notebook: str, folder, steal: int | None = None) -> judge.Prepared:
+    import socket
+
+    prepared = judge.prepare(notebook, folder / "job")
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the feeder
+        ours.close()
+        probe_runner.serve_request(str(prepared.folder), theirs.fileno())
+        os._exit(0)
+    theirs.close()
+    probe_runner.prepare_output(str(prepared.folder), None)
+    request = probe_runner.feeder_client(str(prepared.folder), ours)
+    assert request["tensors"] == {} and all("args" not in probe for probe in request["probes"])
+    if steal is not None:  # what code run while the definitions load could do with the socket
+        request["fetch"](request["probes"][steal]["name"])
+        prepared.stolen = request["probes"][steal]["grade_id"]
+    probe_runner.run_probes(request, course_as_learner(notebook), timeout=30, deadline=time.monotonic() + 300)
+    ours.close()
+    os.waitpid(pid, 0)
+    return prepared
+
+
+def test_the_feeder_serves_each_probe_its_inputs_once_and_in_turn(tmp_path):
+    assert all(v["passed"] for v in judge.verdicts(fed("04_mlp_and_block", tmp_path / "a")).values())
+    for steal in range(3):  # an input asked for early: its probe fails, and every probe after it
+        prepared = fed("04_mlp_and_block", tmp_path / f"b{steal}", steal=steal)
+        verdict = judge.verdicts(prepared)[prepared.stolen]
+        assert not verdict["passed"] and "asked for out of turn" in verdict["message"], verdict
