@@ -72,6 +72,9 @@ CONFIGS = {
     # outside the square root, shows on inputs of unit spread, as the LayerNorm check's eps of 0.5 shows it
     "gpt2_eps": ("Config", SMALL),
     "encdec": ("EncoderDecoderConfig", SMALL_ENCDEC),
+    # pad_id drawn for each job among the ordinary ids (`prepare`): a loss that ignores id 0 whatever it is given
+    # shows, as the check's pad ids 5 and 0 show it
+    "encdec_pad": ("EncoderDecoderConfig", SMALL_ENCDEC),
 }
 MAX_OUTPUT_BYTES = 16 << 20  # the outputs of every probe together are a few hundred kB at most
 LR_FIELDS = ("max_steps", "lr", "warmup_steps", "min_lr_ratio")
@@ -99,7 +102,7 @@ class Probe:
     args: tuple[tuple[str, object], ...]
     module: bool = True
     config: str = "gpt2"  # a module's config (`CONFIGS`): "gpt2" (harness's Config), "gpt2_eps", or "encdec"
-    output: str = "tensor"  # "tensor", "scalar", "dict" (of tensors) or "tuple" (of tensors)
+    output: str = "tensor"  # "tensor", "scalar", "loss" (a 0-d tensor), "dict" (of tensors) or "tuple" (of tensors)
     compare: str = "close"  # "close", "exact", "mask", "filter", "softmax", "greedy" or "scalar"
     atol: float | None = None  # the check's own absolute tolerance, where it is looser than the default
     keywords: tuple[str, ...] = ()  # the names of the last arguments, passed by keyword
@@ -130,8 +133,11 @@ def _fn(grade_id: str, target: str, *args, **kwargs) -> Probe:
     return Probe(grade_id, target, tuple(args), module=False, **kwargs)
 
 
-def _lr(phase: str) -> Probe:
-    return _fn("test_lr_at", "lr_at", ("step", phase), ("dataclass", ("TrainingArgs", LR_FIELDS)), output="scalar")
+def _lr(phase: str, no_decay: bool = False) -> Probe:
+    """lr_at at a step of `phase`; `no_decay`: on a schedule whose max_steps is its warmup_steps (nothing to decay
+    over: the check's edge, where a division by max_steps - warmup_steps fails)."""
+    fields = ("TrainingArgs", LR_FIELDS, "no_decay") if no_decay else ("TrainingArgs", LR_FIELDS)
+    return _fn("test_lr_at", "lr_at", ("step", phase), ("dataclass", fields), output="scalar")
 
 
 # Operators an exercise may not reach while the judge runs it, by any name (the profiler in the probe runner
@@ -344,13 +350,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     ),
     "06_training": (
         *(_lr(phase) for phase in ("start", "warmup", "end_of_warmup", "decay", "end", "after")),
+        *(_lr(phase, no_decay=True) for phase in ("end_of_warmup", "after")),
         _fn(
             "test_masked_lm_loss",
             "masked_lm_loss",
             ("float", ("batch", "pos", "d_vocab")),
             ("tokens", ("batch", "pos")),
             ("mask", ("batch", "pos")),
-            output="scalar",
+            output="loss",
             atol=1e-4,  # as masked_loss_test
         ),
         _fn("test_reversal_floor", "reversal_loss_floor", ("even", (4, 64)), ("int", (2, 1000)), output="scalar"),
@@ -730,7 +737,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("padded_tokens", ("batch", "pos")),
             ("dim", "pad_id"),
             ("real", (0.0, 0.3)),
-            config="encdec",
+            config="encdec_pad",
             output="scalar",
             atol=1e-5,  # as seq2seq_loss_test
             keywords=("label_smoothing",),
@@ -1104,8 +1111,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         tensors[key] = table
         return table_seq2seq(table.clone(), dict(SMALL_ENCDEC)), {"table_seq2seq": key, "fields": dict(SMALL_ENCDEC)}
     if kind == "dataclass":
-        name, names = param
+        name, names, *how = param
         fields = {f: dims[f] for f in names}
+        if "no_decay" in how:
+            fields["max_steps"] = fields["warmup_steps"]
         return getattr(course, name)(**fields), {"dataclass": name, "fields": fields}
     if kind == "hf_gpt2":  # a checkpoint of a longer context than the config's: W_pos is cropped to cfg.n_ctx
         state = _hf_gpt2_state_dict({**SMALL, "n_ctx": SMALL["n_ctx"] + 1 + _randint(0, 8, gen)}, gen)
@@ -1236,6 +1245,8 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
         class_name, cfg = CONFIGS[probe.config]
         if probe.config == "gpt2_eps":
             cfg = {**cfg, "layer_norm_eps": (100 + secrets.randbelow(901)) / 1000}
+        if probe.config == "encdec_pad":
+            cfg = {**cfg, "pad_id": 3 + secrets.randbelow(cfg["d_vocab"] - 3)}
         seq_len = 2 + secrets.randbelow(5)
         dims = {"batch": 2, "pos": pos, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
         dims["ngram_rows"] = 4  # three rows built for the n-gram ban (runs of 1 to 3), one random
@@ -1312,7 +1323,7 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
             prepared.expected[name] = expected
         elif probe.output in ("dict", "tuple"):
             prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
-        elif probe.output == "scalar":
+        elif probe.output in ("scalar", "loss"):
             prepared.expected[name] = float(expected)
         else:
             prepared.expected[name] = expected.detach().clone()
@@ -1588,7 +1599,7 @@ def compare(probe: Probe, got, expected) -> str | None:
     if probe.compare == "addition_run":
         return _compare_addition(probe, got, expected)
 
-    if probe.output == "scalar":
+    if probe.output in ("scalar", "loss"):
         if not isinstance(got, torch.Tensor) or got.shape != () or got.dtype != torch.float64:
             return "no number returned"
         value = float(got)

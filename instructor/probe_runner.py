@@ -362,7 +362,13 @@ def _outputs(probe: dict, out) -> dict:
             if not isinstance(key, str):
                 raise ProbeError(f"{target} returned a dict with a key of type {type(key).__name__}")
             result[f"{name}.out.{key}"] = _plain(value, f"{target}(...)[{key[:80]!r}]")
-    elif kind == "scalar":
+    elif kind in ("scalar", "loss"):
+        if kind == "loss" and not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
+            got = f"a tensor of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ProbeError(
+                f"{target} returned {got}, not a 0-d floating-point tensor: return the loss as a tensor (not "
+                ".item()), so that backward() can run through it"
+            )
         if isinstance(out, torch.Tensor) and out.numel() == 1 and out.dtype != torch.bool:
             value = float(out.detach().cpu().reshape(()).double().item())
         elif isinstance(out, (int, float)) and not isinstance(out, bool):

@@ -351,6 +351,27 @@ MISTAKES = [
         'model.add_hook(f"blocks.{layer}.attn.hook_z", ablate)\n    return model(tokens)',
         "left 1 hook(s) on the model",
     ),
+    (  # nothing to decay over: max_steps == warmup_steps divides by zero
+        "06_training",
+        "test_lr_at",
+        "progress = (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps)",
+        "progress = (step - args.warmup_steps) / (args.max_steps - args.warmup_steps)",
+        "ZeroDivisionError",
+    ),
+    (  # the right number, as a Python float: backward() cannot run through it
+        "06_training",
+        "test_masked_lm_loss",
+        "    return -correct[target_mask].mean()\n",
+        "    return -correct[target_mask].mean().item()\n",
+        "not a 0-d floating-point tensor",
+    ),
+    (  # padding taken to be id 0, whatever pad_id is given
+        "09_encoder_decoder",
+        "test_seq2seq_loss",
+        "        ignore_index=pad_id,\n",
+        "        ignore_index=0,\n",
+        "the course's seq2seq_loss",
+    ),
     (  # a padded context past n_ctx not refused
         "07_sampling_and_kv_cache",
         "test_padded_transformer",
