@@ -461,7 +461,38 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("none", None), ("none", None), ("real", (0.0, 0.0))),
                 (("int", (2, 12)), ("none", None), ("real", (0.0, 0.0))),
                 (("none", None), ("real", (0.3, 0.9)), ("real", (0.5, 2.0))),
+                (("int", (2, 12)), ("real", (0.3, 0.9)), ("real", (0.0, 0.0))),  # both filters, top-k first
             )
+        ),
+        _fn(  # a negative penalty favours the ids already there (0-5 in every row), by e^1.5 or more each: it shows
+            "test_sample_next_token",
+            "sample_next_token",
+            ("repeated", ("tied_logits", ("d_vocab",))),
+            ("repeated", ("all_few_tokens", ("n_ctx",))),
+            ("real", (0.5, 1.0)),
+            ("none", None),
+            ("none", None),
+            ("real", (-3.0, -1.5)),
+            ("generator", None),
+            keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
+            compare="samples",
+            expect="sampling_distribution",
+            script="same_seed_twice",
+        ),
+        _fn(  # temperature 0: greedy, every draw the argmax
+            "test_sample_next_token",
+            "sample_next_token",
+            ("repeated", ("logits", ("d_vocab",))),
+            ("repeated", ("few_tokens", ("n_ctx",))),
+            ("real", (0.0, 0.0)),
+            ("none", None),
+            ("none", None),
+            ("real", (0.0, 0.0)),
+            ("generator", None),
+            keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
+            compare="samples",
+            expect="sampling_distribution",
+            script="same_seed_twice",
         ),
         *(
             _fn(  # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly

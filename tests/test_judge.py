@@ -351,6 +351,13 @@ MISTAKES = [
         'model.add_hook(f"blocks.{layer}.attn.hook_z", ablate)\n    return model(tokens)',
         "left 1 hook(s) on the model",
     ),
+    (  # a negative penalty ignored
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    if frequency_penalty:\n        logits = apply_frequency_penalty(",
+        "    if frequency_penalty > 0:\n        logits = apply_frequency_penalty(",
+        "draws",
+    ),
     (  # nothing to decay over: max_steps == warmup_steps divides by zero
         "06_training",
         "test_lr_at",
