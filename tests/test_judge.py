@@ -1078,11 +1078,12 @@ def test_a_causal_mask_with_another_large_negative_fill_passes(fill, tmp_path):
     assert verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path)["passed"]
 
 
-def test_a_loss_or_rate_returned_as_a_tensor_or_an_int_passes(tmp_path):
+def test_a_rate_returned_as_a_tensor_passes_and_a_loss_must_be_a_0d_tensor(tmp_path):
     namespace = course_with(
         "06_training", "return -correct[target_mask].mean()", "return -correct[target_mask].mean()[None]"
     )
-    assert verdict_of("06_training", "test_masked_lm_loss", namespace, tmp_path / "a")["passed"]
+    verdict = verdict_of("06_training", "test_masked_lm_loss", namespace, tmp_path / "a")
+    assert not verdict["passed"] and "not a 0-d floating-point tensor" in verdict["message"], verdict  # as the check
     namespace = course_with(
         "06_training",
         "return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * cosine)",
@@ -1248,7 +1249,7 @@ def test_scalars_and_dicts_go_as_json_and_tensors_only(tmp_path):
     prepared = judge.prepare("06_training", tmp_path / "job")
     request = probe_runner.load_request(str(prepared.folder))
     lr = [p for p in request["probes"] if p["target"] == "lr_at"]
-    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 6
+    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 8
     fields = lr[0]["args"][1]
     assert fields["dataclass"] == "TrainingArgs" and set(fields["fields"]) == set(judge.LR_FIELDS)
     # the expected loss is nowhere in the request (the rates are made of its numbers: lr itself at the warm-up's end)
