@@ -133,6 +133,44 @@ def _fn(grade_id: str, target: str, *args, **kwargs) -> Probe:
     return Probe(grade_id, target, tuple(args), module=False, **kwargs)
 
 
+def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
+    """A sample_next_token probe: 4,000 draws from one row repeated, against the course's distribution
+    (`_sampling_distribution`), made again from a generator in the same state (`probe_runner.same_seed_twice`)."""
+    return _fn(
+        "test_sample_next_token",
+        "sample_next_token",
+        ("repeated", logits),
+        ("repeated", tokens),
+        temperature,
+        top_k,
+        top_p,
+        penalty,
+        ("generator", None),
+        keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
+        compare="samples",
+        expect="sampling_distribution",
+        script="same_seed_twice",
+    )
+
+
+def _greedy_generate(model, tokens, new_tokens: tuple[int, int], eos, penalty: tuple | None = None) -> Probe:
+    """A generate probe with top_k=1 (greedy, so compared exactly), under a frequency penalty drawn from `penalty`
+    where one is given."""
+    extra = (("real", penalty),) if penalty else ()
+    return _fn(
+        "test_generate",
+        "generate",
+        model,
+        tokens,
+        ("int", new_tokens),
+        eos,
+        ("int", (1, 1)),
+        *extra,
+        keywords=("eos_token_id", "top_k", *(("frequency_penalty",) if penalty else ())),
+        compare="exact",
+    )
+
+
 def _lr(phase: str, no_decay: bool = False) -> Probe:
     """lr_at at a step of `phase`; `no_decay`: on a schedule whose max_steps is its warmup_steps (nothing to decay
     over: the check's edge, where a division by max_steps - warmup_steps fails)."""
@@ -444,19 +482,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("real", (1.05, 2.0)),
         ),
         *(
-            _fn(
-                "test_sample_next_token",
-                "sample_next_token",
-                ("repeated", ("logits", ("d_vocab",))),
-                ("repeated", ("few_tokens", ("n_ctx",))),
-                ("real", (0.5, 2.0)),
-                *options,
-                ("generator", None),
-                keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
-                compare="samples",
-                expect="sampling_distribution",
-                script="same_seed_twice",
-            )
+            _sample(("logits", ("d_vocab",)), ("few_tokens", ("n_ctx",)), ("real", (0.5, 2.0)), *options)
             for options in (
                 (("none", None), ("none", None), ("real", (0.0, 0.0))),
                 (("int", (2, 12)), ("none", None), ("real", (0.0, 0.0))),
@@ -464,74 +490,38 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("int", (2, 12)), ("real", (0.3, 0.9)), ("real", (0.0, 0.0))),  # both filters, top-k first
             )
         ),
-        _fn(  # a negative penalty favours the ids already there (0-5 in every row), by e^1.5 or more each: it shows
-            "test_sample_next_token",
-            "sample_next_token",
-            ("repeated", ("tied_logits", ("d_vocab",))),
-            ("repeated", ("all_few_tokens", ("n_ctx",))),
+        # a negative penalty favours the ids already there (0-5 in every row), by e^1.5 or more each: it shows
+        _sample(
+            ("tied_logits", ("d_vocab",)),
+            ("all_few_tokens", ("n_ctx",)),
             ("real", (0.5, 1.0)),
             ("none", None),
             ("none", None),
             ("real", (-3.0, -1.5)),
-            ("generator", None),
-            keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
-            compare="samples",
-            expect="sampling_distribution",
-            script="same_seed_twice",
         ),
-        _fn(  # temperature 0: greedy, every draw the argmax
-            "test_sample_next_token",
-            "sample_next_token",
-            ("repeated", ("logits", ("d_vocab",))),
-            ("repeated", ("few_tokens", ("n_ctx",))),
+        _sample(  # temperature 0: greedy, every draw the argmax
+            ("logits", ("d_vocab",)),
+            ("few_tokens", ("n_ctx",)),
             ("real", (0.0, 0.0)),
             ("none", None),
             ("none", None),
             ("real", (0.0, 0.0)),
-            ("generator", None),
-            keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
-            compare="samples",
-            expect="sampling_distribution",
-            script="same_seed_twice",
         ),
+        # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly; an end-of-text
+        # id no row emits, and one a row emits early while another emits it later or never
         *(
-            _fn(  # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly
-                "test_generate",
-                "generate",
-                ("table_lm", None),
-                ("tokens", ("batch", "pos")),
-                ("int", (4, 16)),
-                eos,
-                ("int", (1, 1)),
-                keywords=("eos_token_id", "top_k"),
-                compare="exact",
+            _greedy_generate(("table_lm", None), ("tokens", ("batch", "pos")), (4, 16), eos)
+            for eos in (
+                ("int", NEVER_EOS),
+                ("generate_eos", (0, 1, 2)),
             )
-            # an end-of-text id no row emits, and one a row emits early while another emits it later or never
-            for eos in (("int", NEVER_EOS), ("generate_eos", (0, 1, 2)))
         ),
-        _fn(  # a model whose context is 4 positions, past which it raises: the model sees the last n_ctx tokens
-            "test_generate",
-            "generate",
-            ("window_lm", None),
-            ("tokens", ("batch", "pos")),
-            ("int", (4, 8)),
-            ("int", NEVER_EOS),
-            ("int", (1, 1)),
-            keywords=("eos_token_id", "top_k"),
-            compare="exact",
-        ),
-        _fn(  # greedy under a frequency penalty: the options reach the sampler with the whole sequence, the
-            # prompt's tokens counted (`penalty_lm` makes every other way of counting choose another first token)
-            "test_generate",
-            "generate",
-            ("penalty_lm", None),
-            ("all_few_tokens", ("batch", "n_ctx")),
-            ("int", (12, 16)),
-            ("int", NEVER_EOS),
-            ("int", (1, 1)),
-            ("real", (1.5, 3.0)),
-            keywords=("eos_token_id", "top_k", "frequency_penalty"),
-            compare="exact",
+        # a model whose context is 4 positions, past which it raises: the model sees the last n_ctx tokens
+        _greedy_generate(("window_lm", None), ("tokens", ("batch", "pos")), (4, 8), ("int", NEVER_EOS)),
+        # under a frequency penalty: the options reach the sampler with the whole sequence, the prompt's tokens
+        # counted (`penalty_lm` makes every other way of counting choose another first token)
+        _greedy_generate(
+            ("penalty_lm", None), ("all_few_tokens", ("batch", "n_ctx")), (12, 16), ("int", NEVER_EOS), (1.5, 3.0)
         ),
         *(
             _fn(
@@ -948,8 +938,11 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return (2 * values).masked_fill(future, float("-inf")).softmax(dim=-1)
     if kind == "logits":
         return 3 * values
-    if kind == "tied_logits":  # whole numbers from -3 to 3: every value shared by many tokens of a row
-        return values.mul(1.5).round().clamp(-3, 3)
+    if kind == "tied_logits":  # whole numbers from -3 to 3: every value shared by many tokens of a row, and the
+        # largest, 3, by 10 tokens at random places: for k up to 8 the k-th largest is always tied with the next
+        values = values.mul(1.5).round().clamp(-3, 2)
+        top = torch.stack([torch.randperm(shape[-1], generator=gen)[:10] for _ in range(shape[0])])
+        return values.scatter(-1, top, 3.0)
     if kind == "large_logits":  # spread over hundreds, as the cross-entropy check's: a softmax then a log underflows
         return 100 * values
     if kind == "graded_logits":  # per row, probabilities in a geometric series over shuffled ids, the ratio from

@@ -59,17 +59,21 @@ def load_request(folder: str) -> dict:
 # definitions load, or in an earlier probe's call, finds no input to compute an answer from with an operator that
 # is still there; and an input asked for out of turn (through the socket, say) is not served again: the probe it
 # belonged to, and every later one, then fails. The runner's side reads through C functions bound before any
-# learner code, so no module attribute a learner rebinds (json's, safetensors', os's) runs while it reads.
+# learner code (os.read and os.write among them), so no module attribute a learner rebinds (json's,
+# safetensors', os's) runs while it reads.
 _FEED_LIMIT = 1 << 30  # one message: a probe's tensors are a few MB at most
 
 
-def _feed(fd: int, data: bytes) -> None:
+def _feed(fd: int, data: bytes, write=os.write) -> None:
+    """One message: its length, then its bytes (`os.write` bound when this module loads, before learner code)."""
     message = len(data).to_bytes(8, "big") + data
     while message:
-        message = message[os.write(fd, message) :]
+        message = message[write(fd, message) :]
 
 
 def _fed(fd: int, read=os.read) -> bytes:
+    """One message `_feed` sent."""
+
     def exactly(n: int) -> bytes:
         parts, left = [], n
         while left:
@@ -126,36 +130,17 @@ def feeder_client(folder: str, sock) -> dict:
 
     import torch
 
-    loads, frombuffer, empty, read, write = _pickle.loads, torch.frombuffer, torch.empty, os.read, os.write
+    # bound here, before any learner code: the runner's reads go through nothing a learner can rebind
+    loads, frombuffer, empty, feed, fed = _pickle.loads, torch.frombuffer, torch.empty, _feed, _fed
     names = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
     dtypes = {name: getattr(torch, name) for name in names}
     fd = sock.fileno()
-
-    def exactly(n: int) -> bytes:
-        parts, left = [], n
-        while left:
-            part = read(fd, min(left, 1 << 20))
-            if not part:
-                raise EOFError("the judge's feeder closed")
-            parts.append(part)
-            left -= len(part)
-        return b"".join(parts)
-
-    def receive():
-        size = int.from_bytes(exactly(8), "big")
-        if size > _FEED_LIMIT:
-            raise EOFError("a message larger than the feeder sends")
-        return loads(exactly(size))
-
-    probes = receive()
+    probes = loads(fed(fd))
 
     def fetch(name: str, keep=sock) -> tuple[dict, dict]:
-        message = name.encode()
-        message = len(message).to_bytes(8, "big") + message
         try:
-            while message:
-                message = message[write(fd, message) :]
-            got = receive()
+            feed(fd, name.encode())
+            got = loads(fed(fd))
         except (OSError, EOFError) as err:
             raise ProbeError(
                 f"the judge's inputs could not be read ({type(err).__name__}): its feeder stops serving once "
@@ -533,10 +518,10 @@ def kv_steps(model, tokens, start: int, n_ctx: int) -> dict:
     return out
 
 
-def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:
-    """`cached_generate` run twice on one model, on two prompts: each call's tokens ("tokens", "again"), and how
-    many positions the model embedded in the first call's forwards ("embedded": in the first forward, then the most
-    in any later one, 1 where there is none; 0, 0 where `model.embed` never ran)."""
+def _embedded_per_forward(model, run):
+    """`run()`'s result, and the positions `model.embed` embedded in its forwards as a tensor [in the first, the
+    most in any later one (1 where there is none)]; [0, 0] where `model.embed` never ran. What the checks count to
+    see that a generation uses its cache: the prompt once, then one new token a step."""
     import torch
 
     embed = getattr(model, "embed", None)
@@ -545,10 +530,17 @@ def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict
     lengths: list[int] = []
     handle = embed.register_forward_hook(lambda module, args, out: lengths.append(int(args[0].shape[-1])))
     try:
-        first = cached_generate(model, tokens, new_tokens)
-        seen = list(lengths)
+        out = run()
     finally:
         handle.remove()
+    embedded = [lengths[0], max(lengths[1:], default=1)] if lengths else [0, 0]
+    return out, torch.tensor(embedded, dtype=torch.int64)
+
+
+def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:
+    """`cached_generate` run twice on one model, on two prompts: each call's tokens ("tokens", "again"), and the
+    positions embedded in the first call's forwards ("embedded", `_embedded_per_forward`)."""
+    first, embedded = _embedded_per_forward(model, lambda: cached_generate(model, tokens, new_tokens))
     try:
         again = cached_generate(model, other, new_tokens)
     except Exception as err:  # noqa: BLE001 - what the second call raised is what the judge reports
@@ -556,8 +548,7 @@ def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict
             f"cached_generate worked on a first call and raised on a second call with another prompt on the same "
             f"model: {type(err).__name__}: {err}"
         ) from None
-    embedded = [seen[0], max(seen[1:], default=1)] if seen else [0, 0]
-    return {"tokens": first, "again": again, "embedded": torch.tensor(embedded, dtype=torch.int64)}
+    return {"tokens": first, "again": again, "embedded": embedded}
 
 
 def decode_once(decode, model, src, max_len: int):
@@ -574,21 +565,12 @@ def decode_once(decode, model, src, max_len: int):
 
 
 def padded_generate_steps(padded_generate, model, prompts, new_tokens: int, eos: int, pad: int, n_ctx: int) -> dict:
-    """`padded_generate` on `prompts` ("tokens") with the positions its model embedded in each forward ("embedded":
-    in the first, then the most in any later one, 1 where there is none; 0, 0 where `model.embed` never ran), then
-    with as many new tokens as bring the longest prompt to n_ctx + 1 positions ("edge"): the last new token needs
-    no forward of its own, so the model never sees more than n_ctx."""
-    import torch
-
-    embed = getattr(model, "embed", None)
-    if not isinstance(embed, torch.nn.Module):
-        raise ProbeError("the model has no `embed` module")
-    lengths: list[int] = []
-    handle = embed.register_forward_hook(lambda module, args, out: lengths.append(int(args[0].shape[-1])))
-    try:
-        first = padded_generate(model, [list(p) for p in prompts], new_tokens, eos, pad)
-    finally:
-        handle.remove()
+    """`padded_generate` on `prompts` ("tokens") with the positions embedded in its forwards ("embedded",
+    `_embedded_per_forward`), then with as many new tokens as bring the longest prompt to n_ctx + 1 positions
+    ("edge"): the last new token needs no forward of its own, so the model never sees more than n_ctx."""
+    first, embedded = _embedded_per_forward(
+        model, lambda: padded_generate(model, [list(p) for p in prompts], new_tokens, eos, pad)
+    )
     fits = n_ctx + 1 - max(len(p) for p in prompts)
     try:
         edge = padded_generate(model, [list(p) for p in prompts], fits, eos, pad)
@@ -597,8 +579,7 @@ def padded_generate_steps(padded_generate, model, prompts, new_tokens: int, eos:
             f"padded_generate raised {type(err).__name__} ({str(err)[:120]}) with {fits} new tokens, which bring the "
             f"longest prompt to n_ctx + 1 = {n_ctx + 1} positions: the last new token needs no forward of its own"
         ) from None
-    embedded = [lengths[0], max(lengths[1:], default=1)] if lengths else [0, 0]
-    return {"tokens": first, "edge": edge, "embedded": torch.tensor(embedded, dtype=torch.int64)}
+    return {"tokens": first, "edge": edge, "embedded": embedded}
 
 
 def same_seed_twice(sample, *args, **kwargs):
@@ -606,27 +587,31 @@ def same_seed_twice(sample, *args, **kwargs):
     last positional one): it must be the same twice, as the checks require, so that a seed reproduces a run."""
     import torch
 
-    def with_generator(generator):
-        if isinstance(kwargs.get("generator"), torch.Generator):
-            return args, {**kwargs, "generator": generator}
-        at = max(i for i, arg in enumerate(args) if isinstance(arg, torch.Generator))
-        return (*args[:at], generator, *args[at + 1 :]), kwargs
+    if isinstance(kwargs.get("generator"), torch.Generator):
+        generator = kwargs["generator"]
+
+        def again(other):
+            return sample(*args, **{**kwargs, "generator": other})
+
+    else:
+        at = [i for i, arg in enumerate(args) if isinstance(arg, torch.Generator)]
+        if not at:
+            raise ProbeError("the judge passed no generator")  # the judge's own mistake: no learner's
+        generator = args[at[-1]]
+
+        def again(other):
+            return sample(*args[: at[-1]], other, *args[at[-1] + 1 :], **kwargs)
 
     def same(a, b) -> bool:
         if isinstance(a, tuple) and isinstance(b, tuple):
             return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
-    found = [kwargs.get("generator"), *reversed(args)]
-    generator = next((arg for arg in found if isinstance(arg, torch.Generator)), None)
-    if generator is None:
-        raise ProbeError("the judge passed no generator")  # the judge's own mistake: no learner's
     state = generator.get_state()
     first = sample(*args, **kwargs)
-    again = torch.Generator()
-    again.set_state(state)
-    second_args, second_kwargs = with_generator(again)
-    if not same(first, sample(*second_args, **second_kwargs)):
+    copy = torch.Generator()
+    copy.set_state(state)
+    if not same(first, again(copy)):
         raise ProbeError(
             "two calls with generators in the same state drew differently: draw with the `generator` given "
             "(torch.multinomial(..., generator=generator), torch.randint(..., generator=generator)), so that a "
@@ -961,16 +946,9 @@ def write_outputs(folder: str, outputs: dict, errors: dict) -> None:
 # - an audit hook, which no Python code can remove, refuses to learner code (a frame compiled from a learner cell)
 #   what reaches frames, the garbage collector's view of every object, code objects, tracing and ctypes: the
 #   routes to the runner's locals, to the sealed copies and to memory.
-REFUSED_EVENTS = (
+REFUSED_EVENTS = (  # where learner code is the caller; those of FRAME_EVENTS wherever it is on the stack
     "sys._getframe",
-    "sys._current_frames",
     "sys._getframemodulename",
-    "sys.settrace",
-    "sys.setprofile",
-    "sys.addaudithook",
-    "gc.get_objects",
-    "gc.get_referrers",
-    "gc.get_referents",
     "gc.get_freeze_count",
     "object.__getattr__",
     "code.__new__",
