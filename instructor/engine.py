@@ -79,7 +79,6 @@ def make_bundle(grader, dest: Path) -> Path:
         "memory_gb": args.memory_gb,
         "notebooks": args.notebooks,
         "cold_kernels": args.cold_kernels,
-        "recheck_all_cells": args.recheck_all_cells,
         "no_sandbox": args.no_sandbox,
         "env": {key: os.environ[key] for key in PASSED_ENV if key in os.environ},
     }
@@ -399,8 +398,8 @@ class RayBatch:
         result = json.loads((job / "result.json").read_text())
         returned = {entry["notebook"]: entry for entry in result["items"]}
         course = g.course
-        (course / "recheck" / student).mkdir(parents=True, exist_ok=True)
-        for folder in ("autograded", "recheck"):
+        (course / "judge" / student).mkdir(parents=True, exist_ok=True)
+        for folder in ("autograded", "judge"):
             src = job / "course" / folder / student
             if src.is_dir():
                 shutil.copytree(src, course / folder / student, dirs_exist_ok=True)
@@ -411,11 +410,11 @@ class RayBatch:
         (logs.parent / f"{student}.stderr.log").write_text(reply.get("log") or "")
         for item in items:
             entry = returned.get(item.notebook)
-            if entry is None or entry["autograde"] is None or entry["recheck"] is None:
+            if entry is None or entry["autograde"] is None or entry["probed"] is None:
                 why = result.get("not_graded") or "the job returned no result for this notebook"
                 self.fail(item, f"not graded: {why}".splitlines()[0][:500])
                 continue
-            item.autograde, item.recheck = entry["autograde"], entry["recheck"]
+            item.autograde, item.probed = entry["autograde"], entry["probed"]
             item.flags += entry["flags"]
             item.timings = entry["timings"]
             key = (student, item.notebook)
@@ -427,7 +426,9 @@ class RayBatch:
                     item.probes = run
                     g._judge(item)
                 else:
-                    item.judged = judge.no_result(item.notebook, "no output returned (the re-check did not finish)")
+                    item.judged = judge.no_result(
+                        item.notebook, "no output returned (the judge's probes did not finish)"
+                    )
             g._score(item)
             g.done += 1
             score = sum(r["score"] for r in item.rows)

@@ -1,4 +1,4 @@
-"""Grade a batch of submissions: nbgrader autograding, a clean re-check, a judge outside, feedback and a CSV.
+"""Grade a batch of submissions: nbgrader autograding, the judge outside the sandbox, feedback and a CSV.
 
     python -m instructor.grade SUBMISSIONS_DIR --out OUT_DIR [--jobs 2] [--cell-timeout 60] [--notebook-timeout 300]
 
@@ -6,31 +6,30 @@ SUBMISSIONS_DIR holds one folder per student with any of the course's notebooks,
 (`01_layernorm.ipynb`, ...). OUT_DIR receives:
 
 - `grades.csv`: one row per student, notebook and graded test (exercise, grade_id, score, max_score, the
-  nbgrader score, the re-check's verdict, the judge's verdict (a test it has no probe for fails), flags, the reason
-  for a failure);
+  nbgrader score, the judge's verdict (a test it has no probe for fails), flags, the reason for a failure);
 - `summary.csv`: one row per student and notebook (score, max_score, status, flags);
 - `feedback/<student>/<notebook>.html`: nbgrader's feedback (no hidden tests), with the grader's comments;
-- `course/`: the nbgrader course directory (gradebook.db, submitted/, autograded/, feedback/, and recheck/ with
-  each re-check's plan, result, log and the judge's verdicts with their seed), usable with nbgrader's own tools (`cd OUT_DIR/course; nbgrader ...`);
+- `course/`: the nbgrader course directory (gradebook.db, submitted/, autograded/, feedback/, and judge/ with each
+  job's plan, its probe child's log and the judge's verdicts with their seed), usable with nbgrader's own tools
+  (`cd OUT_DIR/course; nbgrader ...`);
 - `logs/`: the nbgrader workers' and the template's logs.
 
-Learner code runs only in a bubblewrap sandbox (`instructor.sandbox`): the warm template below runs inside it
-and forks every kernel and re-check there, each under a uid and a memory cgroup of its own, with no network, no
-view of the solutions, the outputs or the submissions, and nothing that outlives the run. This process and the
-nbgrader workers stay outside: they hold the gradebook, take each re-check's records only with its one-time
-token, and write the CSVs once the sandbox and everything in it are gone. Without bwrap (or root) the grader
-refuses to run unless given `--no-sandbox`, which flags every row `unsandboxed`. Nothing a submission does stops
-the batch: each failure is recorded on its rows (colliding student folders are graded as `name-2`, flagged), and
-a last line says how many rows are flagged.
+Learner code runs only in a bubblewrap sandbox (`instructor.sandbox`): the warm template runs inside it and forks
+every kernel and every probe child there, each under a uid and cgroups of its own, with no network, no view of the
+solutions, the outputs or the submissions, and nothing that outlives the run. This process and the nbgrader
+workers stay outside: they hold the gradebook and write the CSVs once the sandbox and everything in it are gone.
+Without bwrap (or root) the grader refuses to run unless given `--no-sandbox`, which flags every row
+`unsandboxed`. Nothing a submission does stops the batch: each failure is recorded on its rows (colliding student
+folders are graded as `name-2`, flagged), and a last line says how many rows are flagged.
 
-A test's points are given only if nbgrader's run of the notebook passes it AND the clean re-check passes it
-(see `instructor.recheck`) AND, for the tests the judge covers, the judge passes it (`instructor.judge`): this
-process draws fresh inputs and random weights for the course's own component, keeps the expected outputs, and
-hands the re-check child only the inputs and weights (safetensors files in a folder of the job's own); once the
-child is gone it reads the outputs the child wrote (safetensors only) and compares them itself, so nothing in the
-sandbox can change how that comparison is made. It covers every graded test (`judge.PROBES`; docs/grading.md says
-how each is probed). A judge failure on a test the re-check
-passed is flagged. Notebooks are graded in parallel (`--jobs` nbgrader processes, each with its own copy
+A test's points are given only if nbgrader's run of the notebook passes it AND the judge passes it
+(`instructor.judge`): this process draws fresh inputs and random weights for the course's own component, keeps the
+expected outputs, and hands a probe child (`instructor.template`), which holds no answer of the notebook being
+graded and no check, only the inputs and weights (safetensors files in a folder of the job's own); once the child
+is gone it reads the outputs the child wrote (safetensors only) and compares them itself, so nothing in the sandbox
+can change how that comparison is made. Every graded test has probes (`judge.PROBES`; docs/grading.md says how
+each is probed); one without a verdict scores 0. nbgrader's run gives the learner's feedback; a test it passed and
+the judge failed is flagged. Notebooks are graded in parallel (`--jobs` nbgrader processes, each with its own copy
 of the gradebook, merged at the end). nbgrader runs each notebook in a fresh kernel forked from a warm template
 that has imported torch/TransformerLens/harness and loaded the reference model (`--cold-kernels` starts them from
 scratch instead). A cell that runs past `--cell-timeout` is interrupted and fails; a notebook past
@@ -78,7 +77,7 @@ KERNEL_NAME = "tfs-warm-python3"
 # handed the grader's own sys.path, so it imports exactly what the grader imports, whatever the environment.
 TEMPLATE_BOOT = (
     "import json, runpy, sys; sys.path[:] = json.loads(sys.argv.pop(1)); "
-    "runpy.run_module('instructor.recheck', run_name='__main__', alter_sys=True)"
+    "runpy.run_module('instructor.template', run_name='__main__', alter_sys=True)"
 )
 # A template that dies or is not ready this long after it started, this many times in a row, will not start:
 # the batch stops and says why instead of restarting it forever.
@@ -86,8 +85,8 @@ TEMPLATE_START_SECONDS = 300
 TEMPLATE_START_ATTEMPTS = 3
 
 
-# What one notebook can put in the CSVs: its flags (each cut, and only the first few), and the re-check records kept.
-FLAG_CHARS, MAX_FLAGS, MAX_EVENTS = 400, 12, 2000
+# What one notebook can put in the CSVs: its flags, each cut, and only the first few.
+FLAG_CHARS, MAX_FLAGS = 400, 12
 
 
 def _joined_flags(flags: list[str]) -> str:
@@ -98,7 +97,7 @@ def _joined_flags(flags: list[str]) -> str:
 
 
 class TemplateFailed(Exception):
-    """The re-check template could not be started: nothing can be graded."""
+    """The template could not be started: nothing can be graded."""
 
 
 # Seconds each notebook's autograding took in bench/bench_grading.py (fast mode, 2 cores, two at once): the order
@@ -120,7 +119,7 @@ class Item:
     path: Path  # the normalised submission
     flags: list[str] = field(default_factory=list)
     autograde: dict | None = None
-    recheck: dict | None = None
+    probed: dict | None = None  # the probe job's end, as the template reported it
     worker: int | None = None
     final: dict | None = None
     started: float = 0.0
@@ -128,16 +127,12 @@ class Item:
     rows: list[dict] = field(default_factory=list)
     overrides: dict = field(default_factory=dict)
     comments: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     attempts: int = 0
     check_attempts: int = 0
-    token: str = ""
     status: str = "graded"
-    events: list[dict] = field(default_factory=list)
-    forged: list[str] = field(default_factory=list)
-    probes: judge.Prepared | None = None  # the judge's request for the running re-check; expected outputs in it
-    judged: dict | None = None  # grade_id -> the judge's verdict, once the re-check has ended
+    probes: judge.Prepared | None = None  # the judge's request for the running probe job; expected outputs in it
+    judged: dict | None = None  # grade_id -> the judge's verdict, once the probe job has ended
 
     def zero_rows(self, solutions: Path, reason: str) -> None:
         """One row per graded test of its notebook, 0 points, with `reason`: a notebook that was not graded."""
@@ -151,7 +146,6 @@ class Item:
                     "score": 0.0,
                     "max_score": test.points,
                     "nbgrader_score": "",
-                    "recheck": "",
                     "judge": "",
                     "reason": reason,
                 }
@@ -468,18 +462,17 @@ class Grader:
 
     def write_plans(self) -> None:
         for item in self.items:
-            folder = self.course / "recheck" / item.student
+            folder = self.course / "judge" / item.student
             folder.mkdir(parents=True, exist_ok=True)
             source = read_json(Path(self.args.solutions) / f"{item.notebook}.ipynb")
             try:
-                plan = build_plan(
-                    source, read_json(item.path), item.notebook, self.names, slice_given=not self.args.recheck_all_cells
-                )
-                text = json.dumps(plan, indent=1)
+                text = json.dumps(build_plan(source, read_json(item.path), item.notebook, self.names), indent=1)
+                plan = json.loads(text)
             except Exception as err:  # noqa: BLE001 - RecursionError on a deep expression, ...: this notebook only
-                message = f"the re-check could not plan this notebook ({type(err).__name__}: {str(err)[:200]})"
+                message = f"the judge could not plan this notebook ({type(err).__name__}: {str(err)[:200]})"
                 item.flags.append(message)
-                item.recheck = {"tests": {}, "events": [], "wall": 0.0, "failed": message}
+                item.probed = {"wall": 0.0, "failed": message}
+                item.judged = judge.no_result(item.notebook, message)
                 continue
             item.flags += plan["notes"]
             (folder / f"{item.notebook}.plan.json").write_text(text)
@@ -577,7 +570,7 @@ class Grader:
         return Proc(args, self.out / "logs" / f"worker{index}.log", env, f"worker{index}")
 
     def start_server(self) -> Proc:
-        """The warm template: re-checks, and (unless --cold-kernels) the kernels nbgrader runs notebooks in."""
+        """The warm template: the judge's probe jobs, and (unless --cold-kernels) the kernels nbgrader runs notebooks in."""
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-I", "-c", TEMPLATE_BOOT, json.dumps(python_path()), "--serve"]
         self.kernel_socket = None
@@ -615,7 +608,7 @@ class Grader:
                 private_ro={str(Path(self.args.solutions).resolve()): "solutions"},
             )
         groups = [g for g in [self.cgroup, *self.extra_cgroups] if g is not None]
-        return Proc(args, self.out / "logs" / "recheck.log", env, "recheck", groups)
+        return Proc(args, self.out / "logs" / "template.log", env, "template", groups)
 
     # ------------------------------------------------------------------ the run
     def run(self) -> int:
@@ -692,7 +685,7 @@ class Grader:
         to_grade = deque(sorted(self.items, key=lambda it: (-self._weight(it.notebook), it.student)))
         to_check = deque(
             sorted(
-                (it for it in self.items if it.recheck is None), key=lambda it: (-self._weight(it.notebook), it.student)
+                (it for it in self.items if it.probed is None), key=lambda it: (-self._weight(it.notebook), it.student)
             )
         )
         running_checks: dict[str, Item] = {}
@@ -701,9 +694,9 @@ class Grader:
         self.remaining = len(self.items)
         check_id = 0
         grading_budget = self.args.notebook_timeout + 120
-        self.say(f"grading with {n_workers} nbgrader processes and the clean re-check")
+        self.say(f"grading with {n_workers} nbgrader processes and the judge")
         while self.remaining:
-            # dispatch: finalize first (quick), then autograde / re-check within `jobs` busy slots
+            # dispatch: finalize first (quick), then autograde / probe jobs within `jobs` busy slots
             for index, proc in enumerate(workers):
                 if proc.ready and proc.busy is None and finalize_queue[index]:
                     item = finalize_queue[index].popleft()
@@ -728,19 +721,15 @@ class Grader:
                 check_id += 1
                 key = str(check_id)
                 running_checks[key] = item
-                folder = self.course / "recheck" / item.student
-                item.token = secrets.token_hex(16)
-                item.events = []
+                folder = self.course / "judge" / item.student
                 self._prepare_probes(item, key)
                 server.send(
                     {
                         "id": key,
                         "plan": read_json(folder / f"{item.notebook}.plan.json"),
-                        "token": item.token,
                         "cell_timeout": self.args.cell_timeout,
                         "notebook_timeout": self.args.notebook_timeout,
                         "memory_bytes": int(self.args.memory_gb * (1 << 30)),
-                        "protected": [str(self.out), str(Path(self.args.submissions).resolve())],
                         "probes": str(item.probes.folder) if item.probes else None,
                     },
                     float("inf"),
@@ -763,14 +752,10 @@ class Grader:
                         proc.ready = True
                         continue
                     if proc is server:
-                        if "event" in reply:
-                            if reply["id"] in running_checks:
-                                events = running_checks[reply["id"]].events
-                                if len(events) < MAX_EVENTS:  # a child may write any number of lines
-                                    events.append(reply["event"])
-                            continue
+                        if "event" in reply or reply.get("id") not in running_checks:
+                            continue  # what a probe child wrote on its channel: its outputs are files
                         item = running_checks.pop(reply["id"])
-                        item.recheck = self._read_recheck(item, reply)
+                        item.probed = self._read_probed(item, reply)
                         self.remaining -= self._maybe_finish(item, finalize_queue)
                         continue
                     op, item = proc.busy
@@ -798,7 +783,7 @@ class Grader:
                         self._progress(item)
             now = time.monotonic()
             if not server.ready and now - server.started > TEMPLATE_START_SECONDS:
-                self.say(f"the re-check process was not ready {TEMPLATE_START_SECONDS} s after it started")
+                self.say(f"the template was not ready {TEMPLATE_START_SECONDS} s after it started")
                 selector.unregister(server.popen.stdout)
                 server = self._server_died(server, running_checks, to_check, selector)
             for proc in workers:
@@ -837,14 +822,14 @@ class Grader:
             for proc in self._workers:
                 proc.kill()
             raise TemplateFailed(self._template_failure())
-        self.say(f"the re-check process stopped (see {self.out / 'logs' / 'recheck.log'}); restarting it")
+        self.say(f"the template stopped (see {self.out / 'logs' / 'template.log'}); restarting it")
         if self.server_restarts > 3:
             time.sleep(min(10, self.server_restarts))  # a broken installation: slow down, but finish the batch
         for item in running_checks.values():
             item.check_attempts += 1
             if item.check_attempts >= 2:
-                item.recheck = {"tests": {}, "events": [], "wall": 0.0}
-                item.flags.append("the re-check's template process was stopped twice while this notebook ran")
+                item.probed = {"wall": 0.0}
+                item.flags.append("the template was stopped twice while this notebook's probes ran")
                 self.remaining -= self._maybe_finish(item, self._finalize_queue)
             else:
                 to_check.appendleft(item)
@@ -855,14 +840,14 @@ class Grader:
 
     def _template_failure(self) -> str:
         """One message: what failed, the log's last lines, and what to do."""
-        log = self.out / "logs" / "recheck.log"
+        log = self.out / "logs" / "template.log"
         try:
             lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-6:]
         except OSError:
             lines = []
         where = "in the sandbox (bubblewrap)" if self.sandbox else "(unsandboxed)"
         return (
-            f"the re-check template (python -m instructor.recheck --serve) could not start {where}: it stopped or "
+            f"the template (python -m instructor.template --serve) could not start {where}: it stopped or "
             f"was not ready within {TEMPLATE_START_SECONDS} s, {TEMPLATE_START_ATTEMPTS} times in a row. "
             f"Its log ({log}) ends with: " + (" / ".join(lines)[-1200:] or "(nothing)") + ". "
             f"What to do: run `{sys.executable} -c 'import torch, transformer_lens, harness, instructor'` with the "
@@ -918,7 +903,7 @@ class Grader:
                     self._progress(item)
 
     def _prepare_probes(self, item: Item, key: str) -> None:
-        """The judge's fresh probes for this re-check, in a folder of its own that the sandbox sees (the runtime
+        """The judge's fresh probes for this job, in a folder of its own that the sandbox sees (the runtime
         folder, bound at the same path); the expected outputs stay in `item.probes`, in this process."""
         item.probes, item.judged = None, None
         if item.notebook not in judge.PROBES:
@@ -948,7 +933,7 @@ class Grader:
             item.judged = judge.no_result(item.notebook, message)
 
     def _judge(self, item: Item) -> None:
-        """The judge's verdicts: the re-check child has exited and the template has reaped everything it started,
+        """The judge's verdicts: the probe child has exited and the template has reaped everything it started,
         so nothing in the sandbox can still write the outputs being read."""
         if item.probes is None:
             return
@@ -963,9 +948,7 @@ class Grader:
             item.flags.append(message)
             item.judged = judge.no_result(item.notebook, message)
         record = {"seed": prepared.seed, "verdicts": item.judged}
-        (self.course / "recheck" / item.student / f"{item.notebook}.judge.json").write_text(
-            json.dumps(record, indent=1)
-        )
+        (self.course / "judge" / item.student / f"{item.notebook}.judge.json").write_text(json.dumps(record, indent=1))
 
     def _keep_judge_outputs(self, item: Item, folder: Path) -> None:
         """The judge's raw outputs, for the coordinator to compare: read as the judge reads them (regular files of
@@ -986,44 +969,28 @@ class Grader:
             shutil.rmtree(folder, ignore_errors=True)
         self.job_outputs[item.notebook] = dest
 
-    def _read_recheck(self, item: Item, reply: dict) -> dict:
-        """The re-check's records, as the template relayed them; written to OUT by the grader only."""
+    def _read_probed(self, item: Item, reply: dict) -> dict:
+        """The probe job's end, as the template reported it, and the judge's verdicts on its outputs."""
         if reply.get("probes_beside_oracles") and item.probes is not None:
             item.flags.append(
-                "the judge's probes ran in the re-check child, beside the oracles (the probe template could not "
-                "start: see logs/recheck.log); the record alone refused them"
+                "the judge's probes ran in a child of the main template, beside the oracles (the probe template "
+                "could not start: see logs/template.log); the record alone refused them"
             )
         self._judge(item)
-        folder = self.course / "recheck" / item.student
+        folder = self.course / "judge" / item.student
         (folder / f"{item.notebook}.log").write_text(reply.get("log") or "", encoding="utf-8")
-        with open(folder / f"{item.notebook}.result.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(event) + "\n" for event in item.events)
-        tests, events = {}, []
-        for event in item.events:
-            if not isinstance(event, dict) or event.get("token") != item.token:
-                item.forged.append(json.dumps(event)[:120])
-                continue
-            if event.get("type") == "test":
-                tests[event["grade_id"]] = event
-            elif event.get("type") in ("violation", "note", "excluded"):
-                events.append(event)
-        if item.forged:
-            # a record without the run's token was written into the re-check's channel by learner code
-            item.flags.append(f"forged re-check records ({len(item.forged)}): {item.forged[0]}")
-            tests = {
-                g: {"passed": False, "message": "learner code wrote forged records into the re-check's results"}
-                for g in tests
-            }
         status = reply.get("status")
         if status == "killed":
-            item.flags.append("the re-check was stopped at the notebook's time limit")
+            item.flags.append("the judge's probes were stopped at the notebook's time limit")
+        elif status == "lost":
+            item.flags.append(f"the judge's probes were lost: {reply.get('log', '')[:200]}")
         elif reply.get("returncode"):
-            item.flags.append(f"the re-check process failed (exit {reply.get('returncode')}); see its log")
-        item.timings["re-check"] = reply.get("wall") or 0.0
-        return {"tests": tests, "events": events, "wall": reply.get("wall")}
+            item.flags.append(f"the judge's probe child failed (exit {reply.get('returncode')}); see its log")
+        item.timings["probes"] = reply.get("wall") or 0.0
+        return {"wall": reply.get("wall")}
 
     def _maybe_finish(self, item: Item, finalize_queue) -> int:
-        if item.autograde is None or item.recheck is None:
+        if item.autograde is None or item.probed is None:
             return 0
         if self.job_student:  # scored by the coordinator, which alone holds the judge's expected outputs
             return 1
@@ -1037,58 +1004,41 @@ class Grader:
         source = read_source_notebook(item.notebook, Path(self.args.solutions))
         grades = item.autograde.get("grades", {})
         errors = item.autograde.get("errors", {})
-        checks = item.recheck["tests"]
         item.overrides, item.comments = {}, {}
         flags = item.flags
         if not item.autograde.get("success"):
             flags.append((item.autograde.get("error") or "the nbgrader run failed").strip().splitlines()[-1][:300])
         flags += item.autograde.get("stopped", [])
-        for event in item.recheck["events"]:
-            if event["type"] == "violation":
-                flags.append(f"re-check refused: {event['message']}"[:400])
-            elif event["type"] == "excluded":
-                flags.append(f"re-check left out {event['message']}"[:400])
-        notes = [e["message"] for e in item.recheck["events"] if e["type"] == "note"]
         judged = item.judged
-        if judged is None:  # the re-check never reported (stopped twice, or never planned)
-            judged = judge.no_result(item.notebook, "no output returned (the re-check did not finish)")
+        if judged is None:  # the probe job never reported (the template stopped twice, or it was never planned)
+            judged = judge.no_result(item.notebook, "no output returned (the judge's probes did not finish)")
         for test in source.tests:
             grade = grades.get(test.grade_id, {})
             auto = grade.get("auto_score")
             nb_score = float(auto) if auto is not None else 0.0
-            check = checks.get(test.grade_id, {"passed": False, "message": "no re-check result"})
-            passed = bool(check.get("passed"))
             # Points need the judge's verdict: a test it has no probe for scores 0, never nbgrader's score alone
-            # (`tests/test_judge.py` keeps every graded test probed).
+            # (`tests/test_judge.py` keeps every graded test probed). nbgrader's run, in the learner's own
+            # process, is the learner's feedback; it can take points away, never give them.
             verdict = judged.get(test.grade_id) or {"passed": False, "message": "judge: no probe for this test"}
             judge_passed = bool(verdict["passed"])
-            score = nb_score if passed and judge_passed else 0.0
+            score = nb_score if judge_passed else 0.0
             reason = ""
             if nb_score < test.points:
                 reason = errors.get(test.grade_id) or ("not graded by nbgrader" if auto is None else "failed")
-            elif not passed:
-                reason = f"the clean re-check failed: {check.get('message')}"
-                flags.append(
-                    f"{test.grade_id}: nbgrader passed it but the clean re-check did not ({check.get('message')})"[:400]
-                )
             elif not judge_passed:
                 reason = verdict["message"]
-            if passed and not judge_passed:
-                # the checks inside passed what the course's own code, compared outside, does not reproduce
+                # the checks in the learner's process passed what the course's own code, compared outside, does not
+                # reproduce: code that behaves only while a check watches, a check tampered with, a forbidden call
                 flags.append(
-                    f"{test.grade_id}: the judge outside the sandbox failed a test the in-sandbox re-check passed: "
-                    f"{verdict['message']}"[:400]
+                    f"{test.grade_id}: nbgrader's run passed it but the judge outside the sandbox failed it: "
+                    f"{verdict['message']}"[:FLAG_CHARS]
                 )
+                if test.exercise:
+                    item.comments[test.exercise] = (
+                        f"The grader ran {test.grade_id}'s code on fresh inputs and compared the result with the "
+                        f"course's; it differs, so it scores 0: {verdict['message']}"
+                    )
             item.overrides[test.grade_id] = {"score": score if auto is None or score != nb_score else None}
-            if not passed and test.exercise and nb_score > 0:
-                item.comments[test.exercise] = (
-                    f"The grader's clean re-check of {test.grade_id} failed, so it scores 0: {check.get('message')}"
-                )
-            elif not judge_passed and test.exercise and nb_score > 0:
-                item.comments[test.exercise] = (
-                    f"The grader ran {test.grade_id}'s code on fresh inputs and compared the result with the "
-                    f"course's; it differs, so it scores 0: {verdict['message']}"
-                )
             item.rows.append(
                 {
                     "student": item.student,
@@ -1098,12 +1048,10 @@ class Grader:
                     "score": score,
                     "max_score": test.points,
                     "nbgrader_score": nb_score,
-                    "recheck": "passed" if passed else "failed",
                     "judge": "passed" if judge_passed else "failed",
                     "reason": reason[:500],
                 }
             )
-        item.notes = notes
 
     def _finalize_request(self, item: Item) -> dict:
         return {
@@ -1188,7 +1136,6 @@ class Grader:
             "score",
             "max_score",
             "nbgrader_score",
-            "recheck",
             "judge",
             "flags",
             "reason",
@@ -1253,16 +1200,13 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: cores)")
     parser.add_argument("--cell-timeout", type=int, default=60, help="seconds per cell (default 60)")
     parser.add_argument("--notebook-timeout", type=int, default=300, help="seconds per notebook (default 300)")
-    parser.add_argument("--memory-gb", type=float, default=4.0, help="memory per kernel/re-check (default 4 GB)")
+    parser.add_argument("--memory-gb", type=float, default=4.0, help="memory per kernel and probe child (default 4 GB)")
     parser.add_argument("--notebooks", nargs="+", help="grade only these notebooks (e.g. 01_layernorm)")
     parser.add_argument("--no-feedback", action="store_true", help="skip the feedback HTML")
     parser.add_argument(
         "--cold-kernels",
         action="store_true",
         help="start every kernel from scratch (python -m ipykernel_launcher) instead of forking warm ones",
-    )
-    parser.add_argument(
-        "--recheck-all-cells", action="store_true", help="re-check with every given cell, not only those the tests need"
     )
     parser.add_argument(
         "--no-sandbox",

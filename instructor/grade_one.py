@@ -11,12 +11,12 @@ but a private copy, so any engine that can run a command and move files can run 
   the hidden tests, release, an empty gradebook, nbgrader_config.py), the solution notebooks (`solutions/`, which
   the sandbox shows to the template only) and `options.json` (time and memory limits, notebooks to grade).
 - `--judge-inputs DIR`: the judge's probes for this student, drawn by the coordinator (`DIR/<notebook>/`: the
-  inputs and random weights, never the expected outputs). The job runs them in the sandbox after the re-check and
+  inputs and random weights, never the expected outputs). The job runs them in the sandbox and
   hands back the learner's raw outputs (`JOB_OUT/probes/<notebook>/out/`); the coordinator compares them with the
   outputs it kept, so the judge's secrets never reach a worker.
 - JOB_OUT, written atomically (built beside it, then renamed): `result.json` (per notebook: nbgrader's scores,
-  the re-check's verdicts and records, flags, timings), `course/autograded/`, `course/recheck/` (plans, logs,
-  records), `probes/`, `logs/`. Nothing is scored here: the score needs the judge's verdicts.
+  how its probe job ended, flags, timings), `course/autograded/`, `course/judge/` (plans, the probe
+  children's logs), `probes/`, `logs/`. Nothing is scored here: the score needs the judge's verdicts.
 
 The second form makes the feedback pages once the coordinator has scored the job: RECORDS.json holds, per
 notebook, the grades and comments the coordinator decided; the pages go to FEEDBACK_OUT/<student>/<notebook>.html.
@@ -119,7 +119,6 @@ def grade_job(
         notebooks=options.get("notebooks"),
         no_feedback=True,
         cold_kernels=options.get("cold_kernels", False),
-        recheck_all_cells=options.get("recheck_all_cells", False),
         no_sandbox=options.get("no_sandbox", False),
         solutions=(bundle / "solutions").resolve(),
         quiet=quiet,
@@ -147,7 +146,7 @@ def grade_job(
             {
                 "notebook": item.notebook,
                 "autograde": item.autograde,
-                "recheck": item.recheck,
+                "probed": item.probed,
                 # the coordinator collected this folder too and keeps its own collection flags
                 "flags": item.flags[collected[id(item)] :],
                 "timings": item.timings,

@@ -2,7 +2,7 @@
 
 nbgrader starts one fresh kernel per notebook, and each pays for importing torch, TransformerLens and harness
 and loading the reference model (about 8 s of CPU) before the first cell. The grader's template process
-(`python -m instructor.recheck --serve`) has done that once; this launcher, which the grading kernelspec runs
+(`python -m instructor.template --serve`) has done that once; this launcher, which the grading kernelspec runs
 in place of `python -m ipykernel_launcher`, asks the template to fork a new kernel process from that state
 and then stands in for it: Jupyter's signals (interrupt, terminate) are sent to the template, which passes
 them on to the kernel's process group, and the launcher exits when the kernel does, with its exit status, so that a dead kernel is seen as dead.

@@ -1,8 +1,8 @@
 """The sandbox that every process running learner code lives in: bubblewrap, a memory cgroup, a uid of its own.
 
-The grader (`instructor.grade`) and its nbgrader workers run outside; the warm template (`instructor.recheck
+The grader (`instructor.grade`) and its nbgrader workers run outside; the warm template (`instructor.template
 --serve`), which never runs learner code itself, runs inside one bubblewrap sandbox per grading run, and forks
-every Jupyter kernel and every re-check from there. What that gives each process running learner code:
+every Jupyter kernel and every probe child of the judge from there. What that gives each process running learner code:
 
 - bubblewrap (`bwrap`, a small, widely reviewed setuid-free tool used by Flatpak): new PID, network, IPC and UTS
   namespaces (no network at all, nothing outside the sandbox can be seen or signalled, and when the template
@@ -21,7 +21,7 @@ every Jupyter kernel and every re-check from there. What that gives each process
 - the course's answers: the template reads the `component` cells of every solution notebook (which later
   notebooks build on) from a root-only directory inside the sandbox before any fork, and each child forgets the
   later ones before it drops its privileges (a kernel its own notebook's too); the probe template's children read
-  only the earlier ones, after the fork (`instructor.recheck`);
+  only the earlier ones, after the fork (`instructor.template`);
 - a network namespace of its own per child, with no interface up, and (but for kernels) no view of the kernels'
   socket folder: children cannot talk to each other.
 
@@ -317,7 +317,7 @@ class Confinement:
         self.scratch = [p for p in scratch if p]
         self.counter = 0
         self.private_tmp = ""  # why the last child had no private /tmp ("" when it had one)
-        # Three templates fork children in one sandbox (the re-check's and the two of the judge's probes): each its
+        # Three templates fork children in one sandbox (the main one's kernels and the two of the judge's probes): each its
         # own uids and cgroup names, so that none can reap, signal or share a cgroup with another's children.
         self.family = family
         self.prefix = "cbt"[family]

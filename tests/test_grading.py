@@ -3,7 +3,7 @@
 One batch is graded for the whole module (one student folder per scenario, on 01_layernorm and 02_embeddings,
 the two simplest notebooks), then each test checks its student's rows. Scenarios are built from the current
 solution notebooks and the learner notebooks nbgrader generates from them, so they follow the course as it
-changes. A few fast unit tests of the static scan and the normaliser come first.
+changes. A few fast unit tests of the plan and the normaliser come first.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from instructor.collect import normalise
 from instructor.course import REPO_ROOT, cell_source, nbgrader_meta, notebook_names, read_json
 from instructor.grade import prepare_course
-from instructor.plan import NOTEBOOK_MODULES, build_plan, definitions_only, scan
+from instructor.plan import build_plan, definitions_only
 
 LN, EMB = "01_layernorm", "02_embeddings"
 CELL_TIMEOUT = 20
@@ -173,8 +173,8 @@ class LayerNorm(nn.Module):
         return residual * self.w + self.b  # no normalisation at all: wrong
 """
 
-# Right only when a harness check is on the stack (found through logging's frame helper, which the guards do not
-# refuse), wrong otherwise: nbgrader and the in-sandbox re-check pass it; the judge, outside, does not.
+# Right only when a harness check is on the stack (found through logging's frame helper), wrong otherwise:
+# nbgrader's run passes it; the judge, outside, does not.
 HARNESS_AWARE = """
 import logging
 
@@ -697,12 +697,11 @@ def check_expected(graded, student):
 def test_blank_submission_scores_zero(graded):
     rows = check_expected(graded, "blank") + check_expected(graded, "partial")
     assert {r["notebook"] for r in rows} == {LN, EMB}
-    assert all(r["recheck"] == "failed" for r in rows if r["grade_id"] != "test_embed")
+    assert all(r["judge"] == "failed" for r in rows if r["grade_id"] != "test_embed")
 
 
 def test_solutions_get_full_marks(graded):
     rows = check_expected(graded, "solved")
-    assert all(r["recheck"] == "passed" for r in rows), rows
     judged = {r["grade_id"] for r in rows if r["judge"] == "passed"}
     assert judged == {"test_layernorm", "test_embed", "test_pos_embed", "test_sinusoidal"}, (
         rows
@@ -726,7 +725,9 @@ def test_tampering_scores_zero(graded, student):
     rows = check_expected(graded, student)
     for row in rows:
         if EXPECTED[student].get(row["grade_id"]) != "max":
-            assert row["recheck"] == "failed", row  # the clean re-check alone refuses it
+            assert row["judge"] == "failed", row  # the judge alone refuses it
+            # nbgrader's run, in the learner's process, was fooled: the row says so
+            assert "passed it but the judge outside the sandbox failed it" in row["flags"], row
 
 
 def test_nbgrader_restores_edited_and_deleted_tests_and_ignores_duplicates(graded):
@@ -774,67 +775,6 @@ def test_gradebook_holds_the_final_grades(graded):
 
 
 # ---------------------------------------------------------------------- fast unit tests
-@pytest.mark.parametrize(
-    "code",
-    [
-        "import inspect",
-        "from harness import components",
-        "from harness.checks import rand_float_test",
-        "import transformer_lens",
-        "x = globals()",
-        "def f():\n    return eval('1')",
-        "def f(g):\n    return g.__code__",
-        "def f():\n    import sys\n    return sys._getframe(1).f_back",
-        "def f(e):\n    return e.__traceback__.tb_frame",
-        "def f():\n    return torch.sys.modules",
-        "def f(m):\n    setattr(torch, 'allclose', m)",
-        "def f(m):\n    setattr(torch.nn.functional, 'layer_norm', m)",
-        "def f():\n    torch.__dict__['allclose'] = None",
-        "def f(m):\n    m.__dict__.update(forward=None)",
-        "def f(m):\n    vars(m)['forward'] = None",
-        "def f():\n    return vars(torch)['allclose']",
-        "def f():\n    return vars()",
-        "g = vars",
-    ],
-)
-def test_static_scan_refuses(code):
-    assert scan(ast.parse(code)), code
-
-
-@pytest.mark.parametrize(
-    "code",
-    [
-        "class A(nn.Module):\n    def forward(self, x):\n        return torch.stack([x, x]).mean(dim=0)",
-        "def f(x):\n    return einops.rearrange(x, 'b p d -> p b d')",
-        "class A:\n    def __init__(self, cfg):\n        setattr(self, 'w', cfg)\n        print(self.__class__.__name__)",
-        'def f(x):\n    """Tells tensors apart by x.__class__, as type(x) would."""\n    return x.__class__.__name__',
-        "from types import SimpleNamespace\n\nA = SimpleNamespace(x=1)",
-        # honest code the scan refused until issue #20's second review: an environment variable, a path, a
-        # dataclass's fields read through vars() or __dict__, an attribute set on the learner's own object
-        "import os\nfrom pathlib import Path\n\nDEBUG = bool(os.environ.get('DEBUG'))\nLOG = Path('log.txt')",
-        "def f(args):\n    fields = dict(vars(args))\n    return fields['lr'] == args.__dict__['lr']",
-        "def f(args, lr):\n    setattr(args, 'lr', lr)\n    return args",
-        # a parameter named `input`, a local named `components`: the learner's own names
-        "class A(nn.Module):\n    def forward(self, input):\n        return input * 2",
-        "def f(cache):\n    components = [cache[k] for k in cache]\n    return sum(components)",
-    ],
-)
-def test_static_scan_accepts(code):
-    assert not scan(ast.parse(code)), code
-
-
-def test_the_learners_own_function_may_bear_a_forbidden_calls_name():
-    forbidden = {"layer_norm": "torch.nn.functional.layer_norm"}
-    own = "def layer_norm(x, eps):\n    return x / (x.var(-1, keepdim=True) + eps).sqrt()\n\ny = layer_norm(x, 1e-5)"
-    assert not scan(ast.parse(own), forbidden)
-    for library in (
-        "from torch.nn.functional import layer_norm",
-        "y = F.layer_norm(x, (4,))",
-        "from torch.nn.functional import *\ny = layer_norm(x, (4,))",
-    ):
-        assert scan(ast.parse(library), forbidden), library
-
-
 def test_a_cell_under_time_or_capture_defines_what_it_holds():
     from instructor.plan import ipython_to_python
 
@@ -842,30 +782,19 @@ def test_a_cell_under_time_or_capture_defines_what_it_holds():
     assert "run_cell_magic('bash'" in ipython_to_python("%%bash\nls\n")
 
 
-def test_a_refused_statement_is_left_out_and_the_rest_of_the_cell_runs():
+def test_honest_code_is_never_refused_by_what_it_names():
+    """Nothing in a learner's cell is refused for the modules or names it uses (`import sys`, `inspect`, `globals()`,
+    `__class__`, TransformerLens): its definitions all reach the probe child, where only what they run counts."""
     sol = solution(LN)
     nb = copy.deepcopy(sol)
-    nb["cells"].insert(
-        index_of(nb, "layernorm"), code_cell("import sys\n\ndef centre(x):\n    return x - x.mean(-1, keepdim=True)")
-    )
+    helper = "import sys\nimport inspect\n\ndef centre(x):\n    return x - x.mean(-1, keepdim=True)\n"
+    nb["cells"].insert(index_of(nb, "layernorm"), code_cell(helper))
     text = cell_source(nb["cells"][index_of(nb, "layernorm")])
-    set_source(nb, "layernorm", "import inspect\n" + text)
+    set_source(nb, "layernorm", "from transformer_lens import HookedTransformer\n" + text)
     plan = build_plan(sol, nb, LN, notebook_names())
     steps = [s for s in plan["steps"] if s["kind"] == "learner"]
-    helper, exercise = steps[0], steps[1]
-    assert "def centre" in helper["code"] and "import sys" not in helper["code"] and not helper["findings"]
-    assert "import inspect" not in exercise["code"] and not exercise["findings"], exercise
-    assert any("import sys" in f for f in helper["left_out"]) and any("inspect" in f for f in exercise["left_out"])
-    # anything else an exercise's cell is refused for still costs the exercise
-    set_source(nb, "layernorm", text.replace("super().__init__()", "super().__init__()\n        g = globals()"))
-    plan = build_plan(sol, nb, LN, notebook_names())
-    assert [s for s in plan["steps"] if s["kind"] == "learner"][1]["findings"]
-
-
-def test_notebook_08_may_import_transformer_lens_for_its_annotations():
-    code = "from transformer_lens import ActivationCache, HookedTransformer\n\ndef f(model: HookedTransformer): ..."
-    assert not scan(ast.parse(code), modules=frozenset(NOTEBOOK_MODULES["08_interpretability"]))
-    assert scan(ast.parse(code))  # elsewhere it stays refused
+    assert "import sys" in steps[0]["code"] and "import inspect" in steps[0]["code"], steps[0]
+    assert "HookedTransformer" in steps[1]["code"] and not steps[1].get("error"), steps[1]
 
 
 def test_definitions_only_drops_top_level_actions():
@@ -890,7 +819,7 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
     )
     tree, dropped = definitions_only(ast.parse(code))
     namespace = {"torch": torch}
-    exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the re-check would run
+    exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
     assert namespace["DEVICE"] == "cpu" and namespace["reduce"] is not None and "W" in namespace
     assert "X" not in namespace and "print" not in ast.unparse(tree)
     assert len(dropped) == 4  # two prints, the `if DEBUG` and the loop
@@ -908,7 +837,7 @@ def test_plan_finds_exercises_and_slices_given_cells():
 
 
 def test_the_probe_process_runs_the_learners_definitions_and_the_given_cells_they_need_only():
-    from instructor.recheck import probe_steps
+    from instructor.template import probe_steps
 
     sol = solution("07_sampling_and_kv_cache")
     plan = build_plan(sol, sol, "07_sampling_and_kv_cache", notebook_names())
@@ -924,7 +853,7 @@ def test_the_probe_processes_harness_holds_its_plain_parts_and_stands_in_for_the
     """`probe_harness` writes what the probe template's `harness` is: a package that imports and runs without the
     checks' or the reference's files, whose other public names raise when called."""
     import harness
-    from instructor.recheck import PLAIN_HARNESS, probe_harness
+    from instructor.template import PLAIN_HARNESS, probe_harness
 
     folder = tmp_path / "harness"
     folder.mkdir()
@@ -966,25 +895,27 @@ def test_normalise_restores_a_deleted_test_and_fixes_ids():
 # ---------------------------------------------------------------------- the sandbox (issue #14)
 @needs_sandbox
 @pytest.mark.parametrize("student", sorted(SANDBOX_CHEATS))
-def test_cheats_past_the_in_process_guards_score_zero_and_are_flagged(graded, student):
+def test_cheats_in_the_learners_process_score_zero(graded, student):
     rows = check_expected(graded, student)
-    result = graded["out"] / "course" / "recheck" / student / f"{LN}.result.jsonl"
-    seen = rows[0]["flags"] + result.read_text()  # where nbgrader failed it too, the re-check's message says why
-    assert SANDBOX_CHEATS[student] in seen, seen
+    verdicts = json.loads((graded["out"] / "course" / "judge" / student / f"{LN}.judge.json").read_text())
+    verdict = verdicts["verdicts"]["test_layernorm"]
+    assert verdict["passed"] is False and SANDBOX_CHEATS[student] in verdict["message"], verdict
+    if float(rows[0]["nbgrader_score"]) > 0:  # nbgrader's run was fooled: flagged
+        assert "the judge outside the sandbox failed it" in rows[0]["flags"], rows
 
 
 @needs_sandbox
 def test_the_judge_alone_refuses_an_exercise_that_computes_in_a_thread(graded):
     """Where an exercise hands its work to a thread, the judge's probe fails by itself: once the probes run, the
     kernel lets the child start no thread (RLIMIT_NPROC), so nothing runs where the record does not look."""
-    verdicts = json.loads((graded["out"] / "course" / "recheck" / "thread_forward" / f"{LN}.judge.json").read_text())
+    verdicts = json.loads((graded["out"] / "course" / "judge" / "thread_forward" / f"{LN}.judge.json").read_text())
     verdict = verdicts["verdicts"]["test_layernorm"]
     assert verdict["passed"] is False and "can't start new thread" in verdict["message"], verdict
 
 
 PROBE_VIEW = """
 import json, os, sys
-from instructor.recheck import HIDDEN_PACKAGES, _package_dirs, hide_oracles
+from instructor.template import HIDDEN_PACKAGES, _package_dirs, hide_oracles
 KIND, NOTEBOOK = sys.argv[1:3]
 folders = {name: _package_dirs(name)[0] for name in ("harness", *HIDDEN_PACKAGES)}
 hide_oracles(KIND)
@@ -995,7 +926,7 @@ try:
 except RuntimeError as err:
     seen["load_reference_gpt2"] = str(err)
 seen["imported"] = sorted(m for m in ("transformer_lens", "transformers", "harness.checks") if m in sys.modules)
-from instructor.recheck import _ANSWERS, _answers_from
+from instructor.template import _ANSWERS, _answers_from
 _answers_from(os.path.join(os.getcwd(), "solutions"), before=NOTEBOOK)  # as a probe child for NOTEBOOK does
 seen["answers"] = sorted(_ANSWERS)
 try:
@@ -1095,11 +1026,11 @@ def test_sandbox_hides_the_answers_and_the_outputs_and_the_grader(graded):
 def test_output_right_only_under_the_harness_fails_the_judge_and_is_flagged(graded):
     """The judge runs the learner's LayerNorm on fresh inputs and weights and compares outside the sandbox."""
     (row,) = check_expected(graded, "harness_aware")
-    assert row["nbgrader_score"] == row["max_score"] and row["recheck"] == "passed", row  # fooled, both
+    assert row["nbgrader_score"] == row["max_score"] and row["judge"] == "failed", row  # nbgrader's run fooled
     assert row["judge"] == "failed" and float(row["score"]) == 0, row
     assert "output differs from the course's LayerNorm on fresh inputs" in row["reason"], row
-    assert "the judge outside the sandbox failed a test the in-sandbox re-check passed" in row["flags"], row
-    verdicts = json.loads((graded["out"] / "course" / "recheck" / "harness_aware" / f"{LN}.judge.json").read_text())
+    assert "nbgrader's run passed it but the judge outside the sandbox failed it" in row["flags"], row
+    verdicts = json.loads((graded["out"] / "course" / "judge" / "harness_aware" / f"{LN}.judge.json").read_text())
     assert verdicts["verdicts"]["test_layernorm"]["passed"] is False
 
 
@@ -1178,23 +1109,6 @@ def test_plan_survives_an_expression_too_deep_for_the_parser():
     assert any("could not be parsed" in (s.get("error") or "") for s in plan["steps"])
 
 
-def test_static_scan_names_the_forbidden_call():
-    from instructor.plan import forbidden_calls
-
-    found = scan(ast.parse("def f(x):\n    return F.layer_norm(x, (4,))"), forbidden_calls(LN))
-    assert found and "torch.nn.functional.layer_norm" in found[0]
-    assert not scan(ast.parse("class LayerNorm(nn.Module):\n    pass"), forbidden_calls(LN))
-
-
-@pytest.mark.parametrize("name", notebook_names())
-def test_static_scan_accepts_every_solution(name):
-    """The course's own answers pass the exercise scan (08's hooks exercise may register hooks; others may not)."""
-    sol = solution(name)
-    plan = build_plan(sol, sol, name, notebook_names())
-    findings = [(step.get("exercise"), f) for step in plan["steps"] for f in step.get("findings", [])]
-    assert findings == [], findings
-
-
 def test_the_grading_order_names_real_notebooks():
     """A renamed notebook would silently lose its place at the front of a batch."""
     from instructor.grade import NOTEBOOK_SECONDS, Grader
@@ -1205,8 +1119,8 @@ def test_the_grading_order_names_real_notebooks():
 
 
 def test_a_test_without_the_judges_verdict_scores_zero():
-    """Points need the judge: where it gave no verdict (no probe for the test, say), nbgrader's and the re-check's
-    passes are not enough."""
+    """Points need the judge: where it gave no verdict (no probe for the test, say), nbgrader's pass is not
+    enough."""
     from types import SimpleNamespace
 
     from instructor.grade import Grader, Item
@@ -1214,7 +1128,6 @@ def test_a_test_without_the_judges_verdict_scores_zero():
     def row(judged: dict) -> dict:
         item = Item(student="s", notebook="01_layernorm", path=REPO_ROOT / "notebooks" / "01_layernorm.ipynb")
         item.autograde = {"success": True, "grades": {"test_layernorm": {"auto_score": 2.0}}, "errors": {}}
-        item.recheck = {"tests": {"test_layernorm": {"passed": True}}, "events": []}
         item.judged = judged
         Grader._score(SimpleNamespace(args=SimpleNamespace(solutions=str(REPO_ROOT / "solutions"))), item)
         (only,) = item.rows

@@ -1,18 +1,15 @@
-"""The clean re-check: run a notebook's graded tests again, in a fresh interpreter, on the learner's definitions.
+"""The warm template in the sandbox: Jupyter kernels for nbgrader's run, and the judge's probe children.
 
-A template process imports torch, harness and TransformerLens and loads the reference model once, and never
-runs learner code. For each submitted notebook it forks a child (a fresh copy of that pristine interpreter) which
-installs the guards of `instructor.guards`, then executes the plan of `instructor.plan`: the instructor's given
-cells, the learner's definitions and the course's test cells, in the course's order, each step under a time
-limit. It writes one JSON line per test to a result file. The template stops a child that runs past the
-notebook's time limit; the tests not reported by then count as failed. When the grader sends a probe request
-(`instructor.judge`), a child of the probe template (below: a process without the oracles) reads it before any
-learner code runs, runs the learner's definitions and then the probes (`instructor.probe_runner`); the judge
-compares their outputs outside the sandbox. Without the sandbox, and for notebook 08, the re-check child runs them
-after its plan.
+A template process imports torch, harness and TransformerLens and loads the reference model once, and never runs
+learner code. It forks every Jupyter kernel nbgrader's run of a notebook uses (`instructor.kernel_launcher`), and
+before it imports anything of the course it forks the probe templates (below: processes without the oracles). For
+each submitted notebook the grader sends a job: a child of the right probe template runs the learner's definitions
+and the given cells they need (`instructor.plan`), then the judge's probes (`instructor.probe_runner`), and writes
+their outputs into the job's folder; the judge compares them with its own outside the sandbox. No verdict is
+computed here, and no check of the harness runs in a probe child.
 
-    python -m instructor.recheck --serve          # the template (driven by instructor.grade over stdin/stdout)
-    python -m instructor.recheck PLAN.json OUT.jsonl [--probes DIR]  # one plan, in this process (for debugging)
+    python -m instructor.template --serve          # the template (driven by instructor.grade over stdin/stdout)
+    python -m instructor.template PLAN.json --probes DIR  # one job's probes, in this process (for debugging)
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import builtins
 import json
 import linecache
 import os
-import random
 import resource
 import select
 import signal
@@ -37,7 +33,7 @@ class StepTimeout(BaseException):
 
 
 class _IPythonStub:
-    """`get_ipython()` for given cells with magics: every magic is a no-op in the re-check."""
+    """`get_ipython()` for given cells with magics: every magic is a no-op in a probe child."""
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
@@ -48,236 +44,36 @@ def _short(err: BaseException) -> str:
     return text if len(text) < 600 else text[:600] + " ..."
 
 
-class Runner:
-    def __init__(
-        self, plan: dict, out, cell_timeout: float, deadline: float, protected=(), token: str = "", probes=None
-    ):
-        self.protected = protected
-        self.probes = probes  # the judge's request (instructor.probe_runner.load_request), or None
-        self.plan = plan
-        self.out = out
-        self.cell_timeout = cell_timeout
-        self.deadline = deadline
-        # Every record carries the grader's one-time token: a line written to this stream by learner code
-        # (through /proc/self/fd, say) does not have it, and the grader counts it as tampering.
-        self._token = token
-
-    def emit(self, **record) -> None:
-        record["token"] = self._token
-        self.out.write(json.dumps(record) + "\n")
-        self.out.flush()
-
-    def execute(self, code_text: str, filename: str, namespace: dict) -> str | None:
-        """Run one step; the error (or None)."""
-        try:
-            code = compile(code_text, filename, "exec")
-        except SyntaxError as err:
-            return f"SyntaxError: {err.msg} (line {err.lineno})"
-        linecache.cache[filename] = (len(code_text), None, code_text.splitlines(True), filename)
-        timeout = max(0.5, min(self.cell_timeout, self.deadline - time.monotonic()))
-        signal.setitimer(signal.ITIMER_REAL, timeout, 1.0)
-        try:
-            exec(code, namespace)  # noqa: S102 - running the notebook is the point
-            return None
-        except StepTimeout:
-            return f"the cell ran past its {timeout:.0f} s limit"
-        except BaseException as err:  # noqa: BLE001 - learner code may raise anything, SystemExit included
-            return _short(err)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-
-    def run(self) -> None:
-        import torch
-
-        import harness
-        from instructor.guards import Guards
-
-        plan = self.plan
-        guards = Guards(plan["notebook"], plan["order"])
-        guards.extra_protected_paths = list(self.protected)
-        guards.install()
-        module = types.ModuleType("__notebook__")
-        sys.modules["__notebook__"] = module
-        ns = module.__dict__
-        ns["__builtins__"] = builtins
-        ns["get_ipython"] = _IPythonStub()
-        pristine = {name: getattr(harness, name) for name in harness.__all__}
-        pristine["harness"] = harness
-        for name in plan["exercise_names"]:
-            pristine.pop(name, None)
-        protected = set(plan["protected"])
-        trusted: dict[str, object] = {}
-        fingerprints: dict[str, tuple] = {}
-        snapshot = guards.take_snapshot()
-        extensions = guards.extension_state()
-        exercise_problem: dict[str, str] = {}
-        compromised: str | None = None
-        allowed_globals = {ex: set(info.get("uses", [])) for ex, info in plan["solutions"].items()}
-
-        def refresh(names):
-            for name in names:
-                value = trusted.get(name)
-                if value is not None and Guards.is_instructor_data(value, torch):
-                    fingerprints[name] = guards.fingerprint(value)
-                else:
-                    fingerprints.pop(name, None)
-
-        def changed_data(exclude=()):
-            changed = []
-            guards._busy = True
-            try:
-                for name, fp in fingerprints.items():
-                    if name not in exclude and guards.fingerprint(trusted[name]) != fp:
-                        changed.append(name)
-            finally:
-                guards._busy = False
-            return changed
-
-        def restore_names():
-            rebound = []
-            for name in protected | set(pristine):
-                expected = trusted.get(name, pristine.get(name))
-                if name in ns and expected is not None and ns[name] is not expected:
-                    rebound.append(name)
-                    ns[name] = expected
-            return rebound
-
-        for name, model in getattr(sys.modules.get("harness.reference"), "_loaded", {}).items():
-            trusted[f"<reference {name}>"] = model
-            fingerprints[f"<reference {name}>"] = guards.fingerprint(model)
-
-        reported = set()
-        guards.active = True
-        for step in plan["steps"]:
-            if step.get("skip"):
-                continue
-            kind = step["kind"]
-            if time.monotonic() > self.deadline:
-                self.emit(type="note", message="the notebook ran past its time limit; later steps not run")
-                break
-            before = len(guards.violations)
-            problem = None
-            if kind == "given":
-                error = self.execute(step["code"], step["filename"], ns)
-                if error:
-                    self.emit(type="note", message=f"given cell {step['cell']}: {error}")
-                for name in step["binds"]:
-                    if name in ns:
-                        trusted[name] = ns[name]
-            elif kind == "learner":
-                ex = step.get("exercise")
-                where = f"exercise {ex}" if ex else f"your cell {step['cell']}"
-                if step.get("error"):
-                    self.emit(type="note", message=f"{where}: {step['error']}")
-                    continue
-                if step.get("left_out"):
-                    message = f"{where}: " + "; ".join(step["left_out"][:3]) + " (that statement only)"
-                    self.emit(type="excluded", cell=step["cell"], message=message)
-                if step["findings"]:
-                    message = f"{where}: " + "; ".join(step["findings"][:3])
-                    if ex:
-                        exercise_problem[ex] = message
-                        self.emit(type="violation", exercise=ex, cell=step["cell"], message=message)
-                    else:
-                        self.emit(type="excluded", cell=step["cell"], message=message)
-                    continue
-                error = self.execute(step["code"], step["filename"], ns)
-                if error:
-                    self.emit(type="note", message=f"{where}: {error}")
-                for name in step.get("defines", []):
-                    if isinstance(ns.get(name), type):
-                        guards.learner_classes.add(id(ns[name]))
-                rebound = restore_names()
-                if rebound:
-                    self.emit(type="note", message=f"{where} rebinds {', '.join(sorted(rebound))}: ignored")
-            else:
-                grade_id = step["grade_id"]
-                ex = step.get("exercise")
-                data_names = {n for n, v in trusted.items() if Guards.is_instructor_data(v, torch)}
-                data_names -= allowed_globals.get(ex, set())
-                if compromised:
-                    problem = compromised
-                elif ex in exercise_problem:
-                    problem = exercise_problem[ex]
-                else:
-                    restore_names()
-                    for name in step["exercise_names"]:
-                        if name in ns:
-                            problem = problem or guards.provenance_problem(name, ns[name], ns, data_names)
-                    problem = problem or guards.tensor_subclass_problem()
-                if problem is None:
-                    ns.update(pristine)
-                    torch.manual_seed(random.SystemRandom().randrange(2**31))
-                    error = self.execute(step["code"], step["filename"], ns)
-                    if len(guards.violations) > before:
-                        problem = guards.violations[before]
-                    elif error:
-                        problem = error
-                reported.add(grade_id)
-            # after every step: nothing outside the notebook may have changed
-            changes = guards.compare_and_restore(snapshot) + guards.restore_extension_state(extensions)
-            if len(guards.violations) > before and problem is None:
-                changes = guards.violations[before:] + changes
-            exclude = set(step.get("binds", [])) if kind == "given" else set()
-            data = changed_data(exclude)
-            if data:
-                changes.append(f"the instructor's {', '.join(sorted(data))} changed while learner code ran")
-            if kind == "given":
-                refresh(step["binds"])
-            if changes:
-                message = "; ".join(changes[:3])
-                self.emit(type="violation", exercise=step.get("exercise"), cell=step.get("cell"), message=message)
-                if kind == "test":
-                    problem = problem or message
-                elif kind == "learner" and step.get("exercise"):
-                    exercise_problem[step["exercise"]] = message
-                else:
-                    compromised = f"learner code changed the grader's environment earlier: {message}"
-                snapshot = guards.take_snapshot()
-                extensions = guards.extension_state()
-                refresh(list(fingerprints))
-            if kind == "test":
-                self.emit(type="test", grade_id=step["grade_id"], passed=problem is None, message=problem)
-            try:
-                import matplotlib.pyplot as plt
-
-                plt.close("all")
-            except Exception:  # noqa: BLE001, S110 - figures are only memory
-                pass
-        if self.probes is not None:
-            # The judge's probes, on the learner's definitions as the plan left them. Their outputs are compared
-            # outside the sandbox; here they can only be computed, and a failure is written as that probe's error.
-            from instructor.probe_runner import run_probes
-
-            # 30 s a probe: 08's patching probe runs the model once per layer and position under the guards and
-            # the record; 0.9 s in-process, it passed 10 s once in a sandboxed batch on a busy machine
-            run_probes(self.probes, ns, timeout=min(30.0, self.cell_timeout), deadline=self.deadline)
-        guards.active = False
-        for grade_id in plan["tests"]:
-            if grade_id not in reported:
-                self.emit(type="test", grade_id=grade_id, passed=False, message="not run (time limit)")
-        self.emit(type="done")
+def _execute(code_text: str, filename: str, namespace: dict, timeout: float) -> str | None:
+    """Run one statement of the plan; the error (or None)."""
+    try:
+        code = compile(code_text, filename, "exec")
+    except SyntaxError as err:
+        return f"SyntaxError: {err.msg} (line {err.lineno})"
+    linecache.cache[filename] = (len(code_text), None, code_text.splitlines(True), filename)
+    signal.setitimer(signal.ITIMER_REAL, max(0.5, timeout), 1.0)
+    try:
+        exec(code, namespace)  # noqa: S102 - running the learner's definitions is the point
+        return None
+    except StepTimeout:
+        return f"the cell ran past its {timeout:.0f} s limit"
+    except BaseException as err:  # noqa: BLE001 - learner code may raise anything, SystemExit included
+        return _short(err)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _alarm(signum, frame):
     raise StepTimeout()
 
 
-def run_plan(
-    plan: dict, out, cell_timeout: float, notebook_timeout: float, protected=(), token: str = "", probes=None
-) -> None:
-    """Run `plan`, writing its records (JSON lines) to the text stream `out`; then the judge's `probes`, if any."""
-    signal.signal(signal.SIGALRM, _alarm)
-    Runner(plan, out, cell_timeout, time.monotonic() + notebook_timeout, protected, token, probes).run()
-
-
 def probe_steps(steps: list[dict]) -> list[dict]:
-    """What a probe child runs of a plan: the learner's definitions (those the re-check runs) and the given cells
-    they need, directly or through other given cells; no test cell."""
+    """What a probe child runs of a plan: the learner's definitions and the given cells they need, directly or
+    through other given cells; no test cell."""
     needed: set[str] = set()
     kept = []
     for step in reversed(steps):
-        if step["kind"] == "learner" and not (step.get("error") or step.get("findings")):
+        if step["kind"] == "learner" and not step.get("error"):
             needed |= set(step.get("uses", [])) | set(step.get("binds", []))
             kept.append(step)
         elif step["kind"] == "given" and (step.get("definitions") or needed & set(step.get("binds", []))):
@@ -296,7 +92,6 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
     run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
     signal.signal(signal.SIGALRM, _alarm)
     deadline = time.monotonic() + notebook_timeout
-    runner = Runner(plan, out, cell_timeout, deadline)
     if probes is not None:
         import warnings
 
@@ -319,12 +114,15 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for statement in statements:
-            error = runner.execute(ast.unparse(statement), step["filename"], ns)
+            timeout = min(cell_timeout, deadline - time.monotonic())
+            error = _execute(ast.unparse(statement), step["filename"], ns, timeout)
             if error:
                 print(f"{step['filename']}: {error}", file=sys.stderr)
     if probes is not None:
+        # 30 s a probe: 08's patching probe runs the model once per layer and position under the record; 0.9 s
+        # in-process, it passed 10 s once in a sandboxed batch on a busy machine
         run_probes(probes, ns, timeout=min(30.0, cell_timeout), deadline=deadline, take_out=True)
-    runner.emit(type="done")
+    out.write(json.dumps({"type": "done"}) + "\n")
 
 
 def _load_probes(folder: str | None, uid: int | None):
@@ -338,7 +136,7 @@ def _load_probes(folder: str | None, uid: int | None):
         request = load_request(folder)
         prepare_output(folder, uid)
         return request
-    except Exception:  # noqa: BLE001 - never the re-check's problem: the judge fails these tests for want of output
+    except Exception:  # noqa: BLE001 - the judge fails these tests for want of output
         traceback.print_exc()
         return None
 
@@ -391,7 +189,7 @@ PROBE_TEMPLATES = {  # kind -> what its mount namespace hides, and which of harn
     "transformer_lens": {"hidden": (), "harness": (*PLAIN_HARNESS, "interp")},
 }
 TRANSFORMER_LENS_NOTEBOOKS = {"08_interpretability"}
-_FAMILY = {None: 0, "plain": 1, "transformer_lens": 2}  # the re-check template's children, then each probe template's
+_FAMILY = {None: 0, "plain": 1, "transformer_lens": 2}  # this template's children (kernels), then each probe template's
 
 
 def probe_template_for(notebook: str | None) -> str:
@@ -508,7 +306,7 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: st
 
     if probes_only:
         # What the record (torch's profiler) imports the first time it runs, some 800 modules: here, once, as
-        # the re-check template has them through TransformerLens, not in every child under its limits.
+        # the main template has them through TransformerLens, not in every child under its limits.
         import safetensors.torch  # noqa: F401
         import torch._dynamo
         import torch.profiler.python_tracer
@@ -570,13 +368,14 @@ def _answers_from(folder: str, before: str | None = None) -> None:
         harness.notebook_names = notebook_names
 
 
-def _forget_answers(notebook: str | None) -> None:
-    """A child grading `notebook` keeps only the components of that notebook and the ones before it: the checks
-    of a notebook may build on its own components (the guards refuse them to learner code), never on later ones."""
+def _forget_answers(notebook: str | None, own: bool = True) -> None:
+    """A child grading `notebook` keeps only the components of the notebooks before it, and of `notebook` itself
+    where `own` (a kernel: the checks nbgrader's run calls may build on them), never later ones."""
     from harness import course
 
     names = sorted(_ANSWERS)
-    keep = set(names[: names.index(notebook) + 1]) if notebook in names else set()
+    keep = set(names[: names.index(notebook) + (1 if own else 0)]) if notebook in names else set()
+    keep |= {name for name in names if notebook is not None and name < notebook}
     for name in names:
         if name not in keep:
             del _ANSWERS[name]
@@ -601,12 +400,8 @@ def _limit_memory(extra: int) -> None:
 
 
 def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
-    """In the probe template: the learner's definitions, then the judge's probes (`run_probe_plan`)."""
-    _child(job, confinement, slot, result_fd, log_fd, probes_only=True)
-
-
-def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probes_only: bool = False) -> None:
-    """A re-check: run one plan, its records to `result_fd`, its output to `log_fd`."""
+    """One job: the learner's definitions, then the judge's probes (`run_probe_plan`); its records to `result_fd`,
+    its output to `log_fd`."""
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -617,19 +412,18 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probe
     memory = job.get("memory_bytes", 0)
     plan = job["plan"]
     uid = confinement.uid(slot) if confinement is not None else None
-    if probes_only and confinement is not None and job.get("probes"):
+    if confinement is not None and job.get("probes"):
         probes = _fed_probes(job["probes"], uid)  # the inputs stay out of this process until each probe runs
     else:
         probes = _load_probes(job.get("probes"), uid)
     if confinement is not None:
-        if probes_only:  # the answers of the notebooks before this one only (`preload`)
-            from instructor.sandbox import INSIDE_PRIVATE
+        from instructor.sandbox import INSIDE_PRIVATE
 
-            solutions = os.path.join(INSIDE_PRIVATE, "solutions")
-            if os.path.isdir(solutions):
-                _answers_from(solutions, before=plan.get("notebook") or "")
-        else:
-            _forget_answers(plan.get("notebook"))
+        solutions = os.path.join(INSIDE_PRIVATE, "solutions")
+        if _ANSWERS:  # a child of the main template (no probe template): it had them all, it keeps the earlier ones
+            _forget_answers(plan.get("notebook"), own=False)
+        elif os.path.isdir(solutions):  # a probe template's child reads the earlier notebooks' answers only
+            _answers_from(solutions, before=plan.get("notebook") or "")
         fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
         confinement.enter(slot, memory, keep=(result_fd, *fed))
         if not confinement.cgroup_dir:
@@ -642,17 +436,13 @@ def _child(job: dict, confinement, slot: int, result_fd: int, log_fd: int, probe
     os.set_inheritable(result_fd, False)
     os.environ.setdefault("MPLBACKEND", "Agg")
     # From here on no thread or process can start in this child (the kernel refuses them for its uid): all the
-    # learner's code runs in this one thread, where the guards and the judge's record look.
+    # learner's code runs in this one thread, where the judge's record looks.
     from instructor.probe_runner import no_new_tasks
 
     no_new_tasks()
     out = os.fdopen(result_fd, "w", buffering=1, encoding="utf-8")
-    token = job.pop("token", "")
     job.clear()
-    if probes_only:
-        run_probe_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], probes)
-        return
-    run_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], plan.get("_protected", ()), token, probes)
+    run_probe_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], probes)
 
 
 def _kernel_child(request: dict, confinement, slot: int) -> None:
@@ -708,14 +498,15 @@ def serve(
     scratch: list[str] = (),
     probes_only: str | None = None,
 ) -> int:
-    """The template: re-check jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher.
+    """The template: probe jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher.
 
-    Replies on stdout: {"ready"}, {"id", "event"} for each record a re-check writes, and {"id", "status",
+    Replies on stdout: {"ready"}, {"id", "event"} for each record a probe child writes, and {"id", "status",
     "returncode", "wall", "log"} when it has ended and everything it started is gone.
 
     Sandboxed, it first forks the probe templates (`probes_only`: their kind; the same loop, in a mount namespace
-    without the oracles, forking `_probe_child`); a job's probes go to one (`probe_template_for`), the rest of the
-    job to a re-check child here, and the job is reported once both have ended."""
+    without the oracles); each job goes to one (`probe_template_for`), which forks its `_probe_child`, and its
+    reply is passed on. Where no probe template runs (no sandbox, or it could not start), the child is forked here,
+    beside the oracles, and its reply says so."""
     import socket
 
     templates: dict[str, dict] = {}  # kind -> a probe template's pid and pipes
@@ -754,31 +545,20 @@ def serve(
     if listener is not None:
         os.rename(kernel_socket + ".tmp", kernel_socket)  # launchers connect only once the template is warm
     out.write(json.dumps({"ready": True}) + "\n")
-    split: dict[str, dict | None] = {}  # job id -> the probe template's reply, None while its child runs
-    split_deadline: dict[str, float] = {}  # job id -> when its probes are given up (the probe template hangs)
-    held: dict[str, dict] = {}  # job id -> the re-check's reply, waiting for the probes'
-    sent_to: dict[str, str] = {}  # job id -> the kind of probe template its probes went to
+    sent_to: dict[str, str] = {}  # job id -> the kind of probe template it went to
+    deadlines: dict[str, float] = {}  # job id -> when it is given up (the probe template hangs)
 
-    def probes_ended(job_id: str, reply: dict) -> None:
-        split[job_id] = reply
-        split_deadline.pop(job_id, None)
+    def passed_on(job_id: str, reply: dict) -> None:
         sent_to.pop(job_id, None)
-        if job_id in held:
-            finish(held.pop(job_id))
-
-    def finish(reply: dict) -> None:
-        probes = split.pop(reply["id"], None)
-        if probes is not None:
-            reply["log"] += f"\n[the judge's probes: {probes.get('status')}, {probes.get('wall', 0):.1f} s]\n"
-            reply["log"] += probes.get("log", "")[-(32 << 10) :]
+        deadlines.pop(job_id, None)
         if not closed:
-            out.write(json.dumps(reply) + "\n")
+            out.write(json.dumps(reply | {"id": job_id, "probes_beside_oracles": False}) + "\n")
 
     children: dict[int, dict] = {}
     kernels: dict[int, socket.socket] = {}  # kernel pid -> its launcher's connection
     slots: dict[int, int] = {}  # child pid -> its confinement slot
     pending: dict[socket.socket, bytes] = {}  # launcher connections whose request is still coming
-    streams: dict[int, tuple[int, str]] = {}  # read end of a re-check's pipe -> (pid, "result" or "log")
+    streams: dict[int, tuple[int, str]] = {}  # read end of a probe child's pipe -> (pid, "result" or "log")
     buffer = b""
     closed = False
 
@@ -808,7 +588,7 @@ def serve(
         return pid
 
     def drain(stream: int) -> bool:
-        """Forward what a re-check wrote; False at its end."""
+        """Forward what a probe child wrote; False at its end."""
         pid, kind = streams[stream]
         info = children.get(pid)
         try:
@@ -865,17 +645,17 @@ def serve(
                         reply = json.loads(line)
                     except ValueError:
                         continue
-                    if "status" in reply and reply.get("id") in split:
-                        probes_ended(reply["id"], reply)
+                    if reply.get("id") in sent_to and "status" in reply:
+                        passed_on(reply["id"], reply)
                 if not data:  # a probe template is gone: its jobs end without outputs (the judge fails them)
                     print(
-                        f"the {kind} probe template stopped; its later probes run in the re-check children",
+                        f"the {kind} probe template stopped; its later jobs run in children of this template",
                         file=sys.stderr,
                     )
                     os.close(source)
                     del templates[kind]
-                    for job_id in [k for k, v in split.items() if v is None and sent_to.get(k) == kind]:
-                        probes_ended(job_id, {"status": "lost", "log": f"the {kind} probe template stopped"})
+                    for job_id in [k for k, v in sent_to.items() if v == kind]:
+                        passed_on(job_id, {"status": "lost", "log": f"the {kind} probe template stopped"})
                 continue
             if source == 0:
                 data = os.read(0, 1 << 20)
@@ -925,25 +705,21 @@ def serve(
             plan = job["plan"]
             plan["_cell_timeout"] = job["cell_timeout"]
             plan["_notebook_timeout"] = job["notebook_timeout"]
-            plan["_protected"] = job.get("protected", [])
-            beside = bool(sandboxed and job.get("probes") and not probes_only)
             kind = probe_template_for(plan.get("notebook"))
-            if kind in templates and beside:
+            if kind in templates:
                 request = {k: job.get(k) for k in ("id", "plan", "probes", "memory_bytes", "notebook_timeout")}
                 request |= {"cell_timeout": job["cell_timeout"]}
                 try:
                     os.write(templates[kind]["to"], (json.dumps(request) + "\n").encode())
-                    split[job["id"]] = None
                     sent_to[job["id"]] = kind
-                    split_deadline[job["id"]] = time.monotonic() + job["notebook_timeout"] + 90
-                    job = dict(job, probes=None)
-                    beside = False
+                    deadlines[job["id"]] = time.monotonic() + job["notebook_timeout"] + 90
+                    continue
                 except OSError:
-                    pass  # gone: the probes run in the re-check child, as without a sandbox
+                    pass  # gone: the job runs in a child of this template, as without a sandbox
+            beside = bool(sandboxed and job.get("probes") and not probes_only)
             result_r, result_w = os.pipe()
             log_r, log_w = os.pipe()
-            target = _probe_child if probes_only else _child
-            pid = fork(target, job, keep=(result_w, log_w))
+            pid = fork(_probe_child, job, keep=(result_w, log_w))
             os.close(result_w)
             os.close(log_w)
             streams[result_r] = (pid, "result")
@@ -981,7 +757,7 @@ def serve(
             if pid in children:
                 children[pid]["status"] = status
                 children[pid]["ended"] = time.monotonic()
-        # a re-check is reported once it has exited and its pipes are drained
+        # a probe child is reported once it has exited and its pipes are drained
         for pid, info in list(children.items()):
             if info["status"] is None:
                 continue
@@ -1000,13 +776,11 @@ def serve(
                 "log": info["log"].decode("utf-8", errors="replace")[-(128 << 10) :],
                 "probes_beside_oracles": info["beside"],
             }
-            if split.get(info["id"], False) is None:
-                held[info["id"]] = reply  # its probes still run in the probe template
-            else:
-                finish(reply)
+            if not closed:
+                out.write(json.dumps(reply) + "\n")
         now = time.monotonic()
-        for job_id in [k for k, v in split.items() if v is None and now > split_deadline.get(k, float("inf"))]:
-            probes_ended(job_id, {"status": "lost", "log": "the probe template did not report this job in time"})
+        for job_id in [k for k, end in deadlines.items() if now > end]:
+            passed_on(job_id, {"status": "lost", "log": "the probe template did not report this job in time"})
         for pid, info in children.items():
             if not info["killed"] and now > info["deadline"]:
                 info["killed"] = True
@@ -1048,7 +822,7 @@ def _start_probe_template(kind: str, cgroup, extra_cgroups, scratch) -> dict | N
                 os.close(fd)
             hide_oracles(kind)
             code = serve(None, True, cgroup, extra_cgroups, scratch, probes_only=kind)
-        except BaseException:  # noqa: BLE001 - the re-check template goes on and runs the probes itself
+        except BaseException:  # noqa: BLE001 - the main template goes on and runs the probes itself
             traceback.print_exc()
         finally:
             os._exit(code)
@@ -1058,7 +832,7 @@ def _start_probe_template(kind: str, cgroup, extra_cgroups, scratch) -> dict | N
 
 
 def _await_ready(template: dict, timeout: float = 240.0) -> dict | None:
-    """The probe template once it says it is ready; None (probes then run in the re-check children) if it ends
+    """The probe template once it says it is ready; None (probes then run in children of the main template) if it ends
     or is not ready in time."""
     end, data = time.monotonic() + timeout, b""
     while time.monotonic() < end:
@@ -1069,7 +843,7 @@ def _await_ready(template: dict, timeout: float = 240.0) -> dict | None:
             data += chunk
             if b'"ready"' in data:
                 return template
-    print("the probe template did not start: the probes run in the re-check children", file=sys.stderr)
+    print("the probe template did not start: the probes run in children of the main template", file=sys.stderr)
     _kill(template["pid"])
     for fd in (template["to"], template["from"]):
         os.close(fd)
@@ -1084,7 +858,7 @@ def _kill(pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m instructor.recheck", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m instructor.template", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true")
     parser.add_argument("--kernel-socket", help="also fork Jupyter kernels for launchers connecting here")
     parser.add_argument("--sandboxed", action="store_true", help="confine every child (instructor.sandbox)")
@@ -1093,10 +867,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cgroup-cpu", help="the cpu cgroup folder to make each child's cgroup in")
     parser.add_argument("--scratch", action="append", default=[], help="a shared folder cleared after each child")
     parser.add_argument("plan", nargs="?")
-    parser.add_argument("result", nargs="?")
     parser.add_argument("--cell-timeout", type=float, default=60)
     parser.add_argument("--notebook-timeout", type=float, default=300)
-    parser.add_argument("--probes", help="a judge's probe folder (instructor.judge.prepare) to run after the plan")
+    parser.add_argument("--probes", help="a judge's probe folder (instructor.judge.prepare) to run on the plan")
     args = parser.parse_args(argv)
     if args.serve:
         extra = {"pids": args.cgroup_pids, "cpu": args.cgroup_cpu}
@@ -1104,8 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     preload()
     with open(args.plan, encoding="utf-8") as f:
         plan = json.load(f)
-    with open(args.result, "w", encoding="utf-8") as out:
-        run_plan(plan, out, args.cell_timeout, args.notebook_timeout, probes=_load_probes(args.probes, None))
+    run_probe_plan(plan, sys.stdout, args.cell_timeout, args.notebook_timeout, _load_probes(args.probes, None))
     return 0
 
 
