@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import secrets
@@ -87,6 +88,20 @@ TEMPLATE_START_ATTEMPTS = 3
 
 # What one notebook can put in the CSVs: its flags, each cut, and only the first few.
 FLAG_CHARS, MAX_FLAGS = 400, 12
+
+
+# A text cell starting with one of these is a formula to a spreadsheet opening the CSV; learner code chooses the
+# text of its errors, which reach the flags and reasons.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value):
+    """A CSV cell as data: text a spreadsheet would take for a formula is quoted with a leading apostrophe."""
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
+def _data_row(row: dict) -> dict:
+    return {key: _cell(value) for key, value in row.items()}
 
 
 def _joined_flags(flags: list[str]) -> str:
@@ -1015,7 +1030,9 @@ class Grader:
         for test in source.tests:
             grade = grades.get(test.grade_id, {})
             auto = grade.get("auto_score")
+            # within [0, points] whatever nbgrader read from a cell's value (a partial-credit number the notebook chose)
             nb_score = float(auto) if auto is not None else 0.0
+            nb_score = min(max(nb_score, 0.0), test.points) if math.isfinite(nb_score) else 0.0
             # Points need the judge's verdict: a test it has no probe for scores 0, never nbgrader's score alone
             # (`tests/test_judge.py` keeps every graded test probed). nbgrader's run, in the learner's own
             # process, is the learner's feedback; it can take points away, never give them.
@@ -1145,34 +1162,38 @@ class Grader:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             for row in sorted(rows, key=lambda r: (r["student"], r["notebook"])):
-                writer.writerow({**row, "flags": flags_of[(row["student"], row["notebook"])]})
+                writer.writerow(_data_row({**row, "flags": flags_of[(row["student"], row["notebook"])]}))
         with open(self.out / "summary.csv", "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=["student", "notebook", "score", "max_score", "status", "flags"])
             writer.writeheader()
             for item in sorted(self.items, key=lambda it: (it.student, it.notebook)):
                 writer.writerow(
-                    {
-                        "student": item.student,
-                        "notebook": item.notebook,
-                        "score": sum(r["score"] for r in item.rows),
-                        "max_score": sum(r["max_score"] for r in item.rows),
-                        "status": item.status,
-                        "flags": _joined_flags(item.flags),
-                    }
+                    _data_row(
+                        {
+                            "student": item.student,
+                            "notebook": item.notebook,
+                            "score": sum(r["score"] for r in item.rows),
+                            "max_score": sum(r["max_score"] for r in item.rows),
+                            "status": item.status,
+                            "flags": _joined_flags(item.flags),
+                        }
+                    )
                 )
             for skipped in self.skipped:
                 max_score = 0.0
                 if skipped["notebook"]:
                     max_score = read_source_notebook(skipped["notebook"], Path(self.args.solutions)).max_score
                 writer.writerow(
-                    {
-                        "student": skipped["student"],
-                        "notebook": skipped["notebook"],
-                        "score": 0,
-                        "max_score": max_score,
-                        "status": skipped.get("status", "unreadable"),
-                        "flags": skipped["reason"],
-                    }
+                    _data_row(
+                        {
+                            "student": skipped["student"],
+                            "notebook": skipped["notebook"],
+                            "score": 0,
+                            "max_score": max_score,
+                            "status": skipped.get("status", "unreadable"),
+                            "flags": skipped["reason"],
+                        }
+                    )
                 )
         total = time.monotonic() - self.t0
         flagged = sum(1 for r in rows if flags_of[(r["student"], r["notebook"])])

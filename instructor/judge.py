@@ -75,6 +75,9 @@ CONFIGS = {
     # pad_id drawn for each job among the ordinary ids (`prepare`): a loss that ignores id 0 whatever it is given
     # shows, as the check's pad ids 5 and 0 show it
     "encdec_pad": ("EncoderDecoderConfig", SMALL_ENCDEC),
+    # a table of 400 x 96 entries: its initial spread is measured to within 1% (the check allows 10%), and d_model
+    # is none of the check's (64, 36)
+    "encdec_wide": ("EncoderDecoderConfig", {**SMALL_ENCDEC, "d_model": 96, "d_head": 24, "d_vocab": 400}),
 }
 MAX_OUTPUT_BYTES = 16 << 20  # the outputs of every probe together are a few hundred kB at most
 LR_FIELDS = ("max_steps", "lr", "warmup_steps", "min_lr_ratio")
@@ -106,8 +109,10 @@ class Probe:
     compare: str = "close"  # "close", "exact", "mask", "filter", "softmax", "greedy" or "scalar"
     atol: float | None = None  # the check's own absolute tolerance, where it is looser than the default
     keywords: tuple[str, ...] = ()  # the names of the last arguments, passed by keyword
-    expect: str | None = None  # what the expected output is, where it is not the course's return value
+    expect: str | None = None  # what the expected output is, where it is not the course's return value ("script":
+    # the course's target run through the probe's script, as the child runs the learner's)
     script: str | None = None  # how a module is run (`probe_runner.SCRIPTS`), where it is not one call
+    hint: str | None = None  # the likely cause when this probe fails (and the test's earlier probes passed)
 
 
 BEAM_EOS = 3
@@ -311,8 +316,8 @@ def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
 
 PROBES: dict[str, tuple[Probe, ...]] = {
     "00_tour": (
-        _fn("test_count_params", "count_params", ("config", "random"), output="scalar"),
-        _fn("test_count_params", "count_params", ("config", "random"), output="scalar"),
+        _fn("test_count_params", "count_params", ("config", "random"), output="int"),
+        _fn("test_count_params", "count_params", ("config", "random"), output="int"),
         _fn("test_split_heads", "split_heads", *BATCH_POS_MODEL, ("dim", "n_heads")),
         _fn("test_merge_heads", "merge_heads", ("float", ("batch", "pos", "n_heads", "d_head"))),
         _fn("test_head_scores", "head_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
@@ -385,6 +390,18 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("int", (1, 8)),
             compare="exact",
         ),
+        _fn(  # a model whose next token depends on the whole prefix and its length: fed the last token only, or a
+            # window, it picks other tokens (3 or more, in 2 rows: all alike by chance about once in 10^10)
+            "test_greedy_generate",
+            "greedy_generate",
+            ("prefix_lm", None),
+            ("tokens", ("batch", "pos")),
+            ("int", (3, 8)),
+            output="dict",
+            script="model_lengths",
+            expect="script",
+            compare="model_lengths",
+        ),
     ),
     "06_training": (
         *(_lr(phase) for phase in ("start", "warmup", "end_of_warmup", "decay", "end", "after")),
@@ -432,6 +449,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             script="trained_weights",
             expect="trained_weights",
             atol=1e-4,
+        ),
+        _fn(  # distinct windows: the batches the loop trains on (their size, fresh ones, training windows only),
+            # judged against the arguments, whatever way of drawing them
+            "test_train",
+            "train",
+            ("course_weights", ("05_full_gpt2", "DemoTransformer")),
+            ("tokens", (64, "n_ctx")),
+            ("tokens", (16, "n_ctx")),
+            ("train_args", None),
+            output="dict",
+            script="train_batches",
+            expect="train_batches",
+            compare="train_batches",
         ),
     ),
     "07_sampling_and_kv_cache": (
@@ -487,8 +517,18 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("none", None), ("none", None), ("real", (0.0, 0.0))),
                 (("int", (2, 12)), ("none", None), ("real", (0.0, 0.0))),
                 (("none", None), ("real", (0.3, 0.9)), ("real", (0.5, 2.0))),
-                (("int", (2, 12)), ("real", (0.3, 0.9)), ("real", (0.0, 0.0))),  # both filters, top-k first
             )
+        ),
+        replace(  # both filters, top-k first; where the draws follow the other order, the verdict says so
+            _sample(
+                ("logits", ("d_vocab",)),
+                ("few_tokens", ("n_ctx",)),
+                ("real", (0.5, 2.0)),
+                ("int", (2, 12)),
+                ("real", (0.3, 0.9)),
+                ("real", (0.0, 0.0)),
+            ),
+            expect="sampling_orders",
         ),
         # a negative penalty favours the ids already there (0-5 in every row), by e^1.5 or more each: it shows
         _sample(
@@ -506,6 +546,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("none", None),
             ("none", None),
             ("real", (0.0, 0.0)),
+        ),
+        # both filters on a row where their order always matters ("cliff_logits"): top-p after top-k keeps fewer
+        # tokens than top-k after top-p, for every k in 2-12, p in 0.3-0.9 and temperature in 0.85-1.15
+        replace(
+            _sample(
+                ("cliff_logits", ("d_vocab",)),
+                ("few_tokens", ("n_ctx",)),
+                ("real", (0.85, 1.15)),
+                ("int", (2, 12)),
+                ("real", (0.3, 0.9)),
+                ("real", (0.0, 0.0)),
+            ),
+            expect="sampling_orders",
         ),
         # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly; an end-of-text
         # id no row emits, and one a row emits early while another emits it later or never
@@ -558,6 +611,23 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 compare="exact",
             )
             for case in range(N_BEAM_CASES)
+        ),
+        _fn(  # 40 steps on a model whose every probability is near 1/101: products of probabilities underflow to 0
+            # in float32 after about 20 steps (the check's 40-step case), sums of log-probabilities do not
+            "test_beam_search",
+            "beam_search",
+            ("chain_lm", None),
+            ("tokens", (1, "pos")),
+            ("int", (2, 4)),
+            ("int", (40, 40)),
+            ("int", (0, 0)),
+            ("int", NEVER_EOS),
+            ("real", (-1.0, 2.0)),
+            ("const", False),
+            keywords=("length_penalty", "early_stopping"),
+            compare="exact",
+            hint="over 40 steps, where every shorter search was right: products of probabilities underflow to 0 in "
+            "float32 after about 20 steps; add log-probabilities instead",
         ),
         *(
             _fn(
@@ -675,12 +745,22 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("causal_softmax", ("batch", "n_heads", "repeated_pos", "repeated_pos")),
             ("dim", "seq_len"),
         ),
-        _fn(  # every activation under TransformerLens's names, from the course's model with the judge's weights
+        _fn(  # every activation under TransformerLens's names, from the course's model with the judge's weights;
+            # with gradients on, no hook left and nothing that requires grad (`probe_runner.detached_cache`)
             "test_cache_activations",
             "cache_activations",
             ("course_weights", ("05_full_gpt2", "DemoTransformer")),
             *TOKENS,
             output="dict",
+            script="detached_cache",
+        ),
+        _fn(  # an attention-only model (the notebook's own class, the judge's weights): blocks without ln2 and mlp
+            "test_cache_activations",
+            "cache_activations",
+            ("module", "AttnOnlyTransformer"),
+            *TOKENS,
+            output="dict",
+            script="detached_cache",
         ),
         _fn(  # through TransformerLens's hooks, as the check does: its code may run, its patching helpers may not
             "test_mean_ablate_heads",
@@ -734,8 +814,22 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             (DEC_Y, DEC_Y, ("padding", ("batch", "pos")), ("bool", True)),
             config="encdec",
         ),
-        Probe(
-            "test_shared_embedding", "SharedEmbedding", (("special_free_tokens", ("batch", "pos")),), config="encdec"
+        Probe(  # forward and the tied output layer, unembed
+            "test_shared_embedding",
+            "SharedEmbedding",
+            (("special_free_tokens", ("batch", "pos")), DEC_Y),
+            config="encdec",
+            output="dict",
+            script="embed_and_unembed",
+        ),
+        _fn(  # the table as __init__ draws it (the judge's weights replace it everywhere else)
+            "test_shared_embedding",
+            "SharedEmbedding",
+            ("config", "encdec_wide"),
+            output="dict",
+            script="initial_stats",
+            expect="script",
+            compare="initial_stats",
         ),
         Probe("test_feed_forward", "FeedForward", (DEC_Y,), config="encdec"),
         Probe("test_encoder_layer", "EncoderLayer", (ENC_X, ("padding", ("batch", "src"))), config="encdec"),
@@ -750,6 +844,16 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "EncoderDecoder",
             (("special_free_tokens", ("batch", "src")), ("special_free_tokens", ("batch", "pos"))),
             config="encdec",
+        ),
+        Probe(  # right-padded sources and targets, a pad id drawn among the ordinary ones; then two more padding
+            # columns on each, which must change nothing (`probe_runner.padding_appended`)
+            "test_encoder_decoder",
+            "EncoderDecoder",
+            (("right_padded", ("batch", "src")), ("right_padded", ("batch", "pos")), ("dim", "pad_id")),
+            config="encdec_pad",
+            output="dict",
+            script="padding_appended",
+            compare="padding_appended",
         ),
         _fn(
             "test_seq2seq_loss",
@@ -799,6 +903,40 @@ def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, fr
     return logits.softmax(dim=-1)[0]
 
 
+def _sampling_orders(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator) -> dict:
+    """The course's distribution ("probs"), and the one of top-p applied before top-k: named in the verdict when the
+    draws follow it."""
+    args = (logits, tokens, temperature, top_k, top_p, frequency_penalty, generator)
+    swapped = course.top_k_filter(course.top_p_filter(course.apply_temperature(logits, temperature), top_p), top_k)
+    return {
+        "probs": _sampling_distribution(course, *args),
+        "it applies top-p before top-k (the course's and transformers' order is top-k, then top-p)": (
+            swapped.softmax(-1)[0]
+        ),
+    }
+
+
+def _train_batches(course, model, train_windows, val_windows, args) -> dict:
+    """What the batches of `train` must be, from the course's loop on the same arguments: as many, of the same
+    shape, rows of `train_windows` only (never of `val_windows`), and fresh ones (at least half as many distinct
+    batches as steps: among 64 windows a right loop repeats a batch about once in 4,000 pairs of steps)."""
+    import contextlib
+    import io
+
+    from instructor.probe_runner import train_batches
+
+    with contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
+        batches = train_batches(course.train, model, train_windows, val_windows, args)
+    return {
+        "batches": len(batches),
+        "shape": tuple(batches["batch.0"].shape),
+        "batch_size": args.batch_size,
+        "max_steps": args.max_steps,
+        "train": train_windows,
+        "val": val_windows,
+    }
+
+
 def _segment_rules(course, batch, n_ctx, d_vocab, min_period, max_period, generator):
     """What every output of `repeated_segments` must satisfy, whatever its random draw."""
     return {"batch": batch, "n_ctx": n_ctx, "d_vocab": d_vocab, "min_period": min_period, "max_period": max_period}
@@ -836,6 +974,8 @@ def _padded_generate_steps(course, model, prompts, new_tokens, eos, pad, n_ctx) 
 
 EXPECTATIONS = {
     "cached_steps": _cached_steps,
+    "sampling_orders": _sampling_orders,
+    "train_batches": _train_batches,
     "padded_generate_steps": _padded_generate_steps,
     "sampling_distribution": _sampling_distribution,
     "segment_rules": _segment_rules,
@@ -914,6 +1054,24 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return torch.stack([*rows, torch.randint(0, 6, (pos,), generator=gen)])
     if kind in BEAM_SCORES:  # distinct scores whose <|endoftext|> (BEAM_EOS) candidates sit at chosen ranks
         return _beam_scores(shape, gen, kind)
+    if kind == "cliff_logits":  # one token at probability 0.14-0.18 (at temperature 1), the others near 1/120 each
+        # (logits spread over 0.3, all distinct): for k in 2-12, p in 0.3-0.9 and temperature in 0.85-1.15, top-p
+        # over the top k keeps fewer tokens than top-k over the nucleus, which holds more than 12; the tokens only the
+        # other order keeps hold 3% or more of its probability (tried on 20,000 draws of all three)
+        rows = []
+        for _ in range(shape[0]):
+            row = -0.3 * torch.rand(shape[-1], generator=gen)
+            top = 0.14 + 0.04 * float(torch.rand((), generator=gen))
+            row[_randint(0, shape[-1] - 1, gen)] = math.log(top / (1 - top)) + float(row.exp().sum().log())
+            rows.append(row)
+        return torch.stack(rows)
+    if kind == "right_padded":  # ordinary ids (no padding, BOS or EOS), then padding at the end of some rows (the
+        # first row's last position always, the first position never)
+        ordinary = torch.tensor([t for t in range(3, cfg["d_vocab"]) if t != cfg["pad_id"]])
+        tokens = ordinary[torch.randint(0, len(ordinary), shape, generator=gen)]
+        padding = _random_input("padding", shape, cfg, gen)
+        padding[0, -1] = shape[-1] > 1
+        return tokens.masked_fill(padding, cfg["pad_id"])
     if kind == "special_free_tokens":  # no padding, BOS or EOS id
         return torch.randint(3, cfg["d_vocab"], shape, generator=gen)
     if kind == "padded_tokens":  # then padding at the end of some rows (never a whole row)
@@ -1177,6 +1335,19 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             table[:, -1] += 1.5  # finish at several lengths, where the length penalty and the stopping rules decide
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
+    if kind == "prefix_lm":  # a model whose logits depend on the whole prefix (`probe_runner.prefix_lm`)
+        from instructor.probe_runner import prefix_lm
+
+        table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        tensors[key] = table
+        return prefix_lm(table.clone()), {"prefix_lm": key}
+    if kind == "chain_lm":  # a bigram model with every probability near 1/101: each token's successor 0.3 above
+        # the rest (a chain through a random permutation), the rest spread by 0.05, so the best beam is clear
+        table = 0.05 * torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        successor = torch.randperm(SMALL["d_vocab"], generator=gen)
+        table[torch.arange(SMALL["d_vocab"]), successor] += 0.3
+        tensors[key] = table
+        return table_lm(table.clone()), {"table_lm": key}
     if kind == "window_lm":  # a bigram model whose context is 4 positions, which refuses more
         table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
         tensors[key] = table
@@ -1334,6 +1505,8 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
                     expected = SCRIPTS[probe.script](reference, *values, **keywords)
                 else:
                     expected = reference(*values, **keywords)
+            elif probe.expect == "script":
+                expected = SCRIPTS[probe.script](getattr(course, probe.target), *values, **keywords)
             elif probe.expect:
                 expected = EXPECTATIONS[probe.expect](course, *values, **keywords)
             else:
@@ -1343,12 +1516,14 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
         prepared.probes[name] = probe
         if probe.output == "tuple" and not probe.expect:
             expected = {str(i): value for i, value in enumerate(expected)}
-        if probe.expect == "segment_rules":
+        if probe.expect in ("segment_rules", "train_batches"):
             prepared.expected[name] = expected
-        elif probe.output in ("dict", "tuple"):
+        elif probe.expect == "sampling_orders" or probe.output in ("dict", "tuple"):
             prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
         elif probe.output in ("scalar", "loss"):
             prepared.expected[name] = float(expected)
+        elif probe.output == "int":
+            prepared.expected[name] = int(expected)
         else:
             prepared.expected[name] = expected.detach().clone()
         entries.append(entry)
@@ -1398,6 +1573,11 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
 
     from harness._assertions import mismatch_summary
 
+    alternatives = {}
+    if isinstance(expected, dict):  # a sampling distribution, with others the draws may follow instead
+        alternatives = {k: v for k, v in expected.items() if k != "probs"}
+        expected = expected["probs"]
+
     if not isinstance(got, torch.Tensor):
         return "no tensor returned"
     if probe.compare == "samples" and got.dtype not in (torch.int64, torch.int32):
@@ -1419,7 +1599,7 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
             return f"{differs}: it keeps another token than each row's largest logit"
         return None
     if probe.compare == "samples":
-        return _compare_samples(got, expected)
+        return _compare_samples(got, expected, alternatives)
     if probe.compare == "exact":
         if not torch.equal(got, expected):
             return f"{differs}: {int((got != expected).sum())} of {got.numel()} entries"
@@ -1453,13 +1633,25 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
     return None
 
 
-def _compare_samples(got, probs) -> str | None:
+def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None:
     """Draws against the distribution they must come from: none where it is 0, and every token's count within
-    6 standard deviations (+2) of its expectation."""
-    import torch
+    6 standard deviations (+2) of its expectation. Where they fail it and follow one of `alternatives` (a known
+    mistake's distribution) instead, that mistake leads the message."""
 
     if (got < 0).any() or (got >= probs.numel()).any():
         return "drew token ids outside the vocabulary"
+    why = _samples_off(got, probs)
+    if why is None:
+        return None
+    for mistake, other in (alternatives or {}).items():
+        if _samples_off(got, other) is None:
+            return f"{mistake}: its draws follow that distribution, not the course's ({why})"
+    return why
+
+
+def _samples_off(got, probs) -> str | None:
+    import torch
+
     counts = torch.bincount(got.long(), minlength=probs.numel()).double()
     n = got.numel()
     banned = (probs == 0) & (counts > 0)
@@ -1610,10 +1802,100 @@ def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
     return None
 
 
+def _compare_lengths(probe: Probe, got: dict, expected: dict) -> str | None:
+    """greedy_generate's tokens; where they differ, the lengths the model was run on name the likely cause."""
+    if set(got) != set(expected):
+        return f"returned {sorted(got)}, not a generation's tokens"
+    why = _compare_tensor(replace(probe, compare="exact"), got["tokens"], expected["tokens"])
+    if why is None:
+        return None
+    seen, due = got["lengths"].tolist(), expected["lengths"].tolist()
+    if seen != due:
+        return (
+            f"ran the model on sequences of lengths {seen[:8]}, where the whole sequence so far ({due[:8]}) is due: "
+            f"the model has no cache, so each step it needs every token before the next one ({why})"
+        )
+    return why
+
+
+def _compare_train_batches(got: dict, rules: dict) -> str | None:
+    """The batches `train` trained on, against the course's loop on the same arguments (`_train_batches`)."""
+    import torch
+
+    batches = [got.get(f"batch.{i}") for i in range(len(got))]
+    if any(not isinstance(b, torch.Tensor) for b in batches):
+        return "no record of the batches the model was trained on"
+    steps, size = rules["max_steps"], rules["batch_size"]
+    for i, batch in enumerate(batches):
+        if tuple(batch.shape) != rules["shape"]:
+            return (
+                f"trained on a batch of shape {list(batch.shape)} at step {i}, where [args.batch_size, seq_len] = "
+                f"{list(rules['shape'])} is due (args.batch_size = {size})"
+            )
+    if len(batches) != rules["batches"]:
+        return f"ran the model on {len(batches)} training batches in {steps} steps: one batch a step"
+    train = {tuple(row) for row in rules["train"].tolist()}
+    val = {tuple(row) for row in rules["val"].tolist()}
+    rows = [tuple(row) for batch in batches for row in batch.tolist()]
+    if any(row in val and row not in train for row in rows):
+        return "trained on validation windows: draw training batches from train_windows only"
+    if not all(row in train for row in rows):
+        return "trained on rows that are not windows of train_windows: index train_windows with random row indices"
+    distinct = len({tuple(map(tuple, batch.tolist())) for batch in batches})
+    if distinct < steps // 2:
+        return f"trained on {distinct} distinct batch(es) in {steps} steps: draw a new random batch every step"
+    return None
+
+
+def _compare_initial(probe: Probe, got: dict, expected: dict) -> str | None:
+    """Each parameter's mean and spread as __init__ draws it, against the course's (within 10% of its spread, as
+    the check allows): the draws differ, their distribution must not."""
+    if set(got) != set(expected):
+        return f"its parameters {sorted(k.rsplit('.', 1)[0] for k in got)[:6]} are not the course's"
+    for key in sorted(k for k in expected if k.endswith(".std")):
+        param = key.removesuffix(".std")
+        mean, std = float(got[f"{param}.mean"]), float(got[key])
+        want_mean, want_std = float(expected[f"{param}.mean"]), float(expected[key])
+        allowed = 0.1 * want_std + 1e-6
+        if not (abs(std - want_std) <= allowed and abs(mean - want_mean) <= allowed):
+            return (
+                f"{probe.target}(cfg) initialises {param} with mean {mean:.3g} and standard deviation {std:.3g}; "
+                f"the course's draws it with mean {want_mean:.2g} and standard deviation {want_std:.3g} "
+                "(for this config's d_model)"
+            )
+    return None
+
+
+def _compare_padded(probe: Probe, got: dict, expected: dict) -> str | None:
+    """An encoder-decoder on padded inputs: right without padding (the probe before), so padding is the cause."""
+    if set(got) != set(expected):
+        return f"returned {sorted(got)}, not logits"
+    close = replace(probe, compare="close")
+    why = _compare_tensor(close, got["logits"], expected["logits"], what="the output on right-padded src and tgt_in")
+    if why is not None:
+        return (
+            f"{why}; without padding they were right: padded positions must be masked out (src == pad_id in the "
+            "encoder's self-attention and every cross-attention, tgt_in == pad_id in the decoder's self-attention)"
+        )
+    more = "the output with two more padding columns in src and tgt_in"
+    why = _compare_tensor(close, got["more_padding"], expected["more_padding"], what=more)
+    if why is not None:
+        return f"appending padding changed the logits of the real positions: padding must be masked out ({why})"
+    return None
+
+
 def compare(probe: Probe, got, expected) -> str | None:
     """Why `got` is not the course's output (None when it is)."""
     import torch
 
+    if probe.compare == "model_lengths":
+        return _compare_lengths(probe, got, expected)
+    if probe.compare == "train_batches":
+        return _compare_train_batches(got, expected)
+    if probe.compare == "initial_stats":
+        return _compare_initial(probe, got, expected)
+    if probe.compare == "padding_appended":
+        return _compare_padded(probe, got, expected)
     if probe.compare == "cached_steps":
         return _compare_cached(probe, got, expected)
     if probe.compare == "kv_steps":
@@ -1623,6 +1905,12 @@ def compare(probe: Probe, got, expected) -> str | None:
     if probe.compare == "addition_run":
         return _compare_addition(probe, got, expected)
 
+    if probe.output == "int":
+        if not isinstance(got, torch.Tensor) or got.shape != () or got.dtype != torch.int64:
+            return "no int returned"
+        if int(got) != expected:
+            return f"returned {int(got)}, the course's {probe.target} {expected} on fresh inputs"
+        return None
     if probe.output in ("scalar", "loss"):
         if not isinstance(got, torch.Tensor) or got.shape != () or got.dtype != torch.float64:
             return "no number returned"
@@ -1677,6 +1965,8 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
             why = errors[name]
         else:
             why = "no output returned" + (f" ({next(iter(errors.values()))})" if errors else "")
+        if why is not None and probe.hint and not problem:
+            why = f"{probe.hint} ({why})"
         old = result.get(probe.grade_id)
         if old is None or old["passed"]:
             result[probe.grade_id] = {"passed": why is None, "message": None if why is None else f"judge: {why}"}

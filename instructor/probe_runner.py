@@ -199,6 +199,31 @@ def table_lm(table, n_ctx: int = 1024):
     return TableLM().eval()
 
 
+def prefix_lm(table):
+    """A language model for the probes of generation functions whose logits at a position depend on every token up to
+    it and on its index: the row of `table` ([d_vocab, d_vocab]) at a hash of the prefix, so that a generation that
+    feeds the model the last token only, or a window shorter than the sequence, picks other tokens. Deterministic,
+    the same in the judge's process and in the child's."""
+    import torch
+
+    from harness.config import Config
+
+    class PrefixLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            vocab = table.shape[0]
+            self.cfg = Config(d_model=8, n_heads=2, d_head=4, d_mlp=16, n_layers=1, n_ctx=1024, d_vocab=vocab)
+            self.table = torch.nn.Parameter(table, requires_grad=False)
+
+        def forward(self, tokens):
+            if tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 2:
+                raise TypeError(f"the model takes int64 tokens [batch pos], got {tokens.dtype} {list(tokens.shape)}")
+            index = torch.arange(tokens.shape[1], device=tokens.device)
+            return self.table[(7 * tokens.long().cumsum(dim=1) + 3 * index + 1) % self.cfg.d_vocab]
+
+    return PrefixLM().eval()
+
+
 def table_seq2seq(table, fields: dict):
     """A stand-in encoder-decoder for the probes of decoding functions: `encode(src)` is `table[src]`, and
     `decode(tgt, memory, src)` is `table[tgt]` plus the mean of the source's rows (padding left out), so every step
@@ -297,6 +322,8 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         return {key[len(prefix) :]: t.clone() for key, t in tensors.items() if key.startswith(prefix)}
     if "table_lm" in spec:
         return table_lm(tensors[spec["table_lm"]].clone(), int(spec.get("n_ctx", 1024)))
+    if "prefix_lm" in spec:
+        return prefix_lm(tensors[spec["prefix_lm"]].clone())
     if "config" in spec:
         import harness
 
@@ -325,6 +352,7 @@ def _plain(t, what: str):
 def _outputs(probe: dict, out) -> dict:
     """The probe's output as named plain tensors: `name`, or `name.out.<key>` for each entry of a dict."""
     import math
+    import numbers
     from collections.abc import Mapping
 
     import torch
@@ -347,6 +375,14 @@ def _outputs(probe: dict, out) -> dict:
             if not isinstance(key, str):
                 raise ProbeError(f"{target} returned a dict with a key of type {type(key).__name__}")
             result[f"{name}.out.{key}"] = _plain(value, f"{target}(...)[{key[:80]!r}]")
+    elif kind == "int":  # a count: a Python int (NumPy's integers too), as the check requires
+        if not isinstance(out, numbers.Integral) or isinstance(out, bool):
+            kind_name = f"{type(out).__module__}.{type(out).__name__}".removeprefix("builtins.")
+            hint = " (count with integer arithmetic: * and +, or // rather than /)" if isinstance(out, float) else ""
+            if kind_name.startswith("torch."):
+                hint = " (.item() turns a one-element tensor into a number)"
+            raise ProbeError(f"{target} returned {kind_name} {str(out)[:40]}, not a Python int{hint}")
+        result = {name: torch.tensor(int(out), dtype=torch.int64)}
     elif kind in ("scalar", "loss"):
         if kind == "loss" and not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
             got = f"a tensor of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
@@ -720,6 +756,127 @@ def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int, n_ctx: i
     return out
 
 
+def model_lengths(generate, model, tokens, n_new: int) -> dict:
+    """`generate(model, tokens, n_new)` ("tokens") and the lengths of the sequences the model was run on ("lengths"):
+    what tells a model fed the last token only, or a window, from one fed the whole sequence."""
+    import torch
+
+    lengths: list[int] = []
+    handle = model.register_forward_pre_hook(lambda module, args: lengths.append(int(args[0].shape[-1])))
+    try:
+        out = generate(model, tokens, n_new)
+    finally:
+        handle.remove()
+    return {"tokens": out, "lengths": torch.tensor(lengths[:MAX_DICT_ENTRIES], dtype=torch.int64)}
+
+
+def _hooks_on(model) -> list[str]:
+    """The modules of `model` that hold a hook, and torch's global module hooks: what a forward would still run."""
+    import torch
+
+    left = [
+        f"{name or 'the model'} ({n})"
+        for name, module in model.named_modules()
+        if (n := len(module._forward_hooks) + len(module._forward_pre_hooks) + len(module._backward_hooks))
+    ]
+    modules = torch.nn.modules.module
+    n_global = sum(
+        len(getattr(modules, name, {}))
+        for name in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
+    )
+    return left + [f"every module ({n_global} global hooks)"] * bool(n_global)
+
+
+def detached_cache(cache_activations, model, tokens) -> dict:
+    """`cache_activations(model, tokens)` with gradients on (so that a tensor kept in the graph shows: it requires
+    grad), refused if it left a hook on the model or stored a tensor that requires grad, as the check refuses it."""
+    from collections.abc import Mapping
+
+    import torch
+
+    with torch.enable_grad():
+        out = cache_activations(model, tokens)
+    left = _hooks_on(model)
+    if left:
+        raise ProbeError(
+            f"cache_activations left hooks on {', '.join(left[:3])}{' ...' if len(left) > 3 else ''}: every later "
+            "forward would still run them. Keep the handles register_forward_hook returns and call handle.remove() "
+            "in a `finally:` block"
+        )
+    if isinstance(out, Mapping):
+        attached = [str(key) for key, value in out.items() if isinstance(value, torch.Tensor) and value.requires_grad]
+        if attached:
+            raise ProbeError(
+                f"cache_activations stored tensors that still require grad ({', '.join(attached[:3])}): detach them "
+                "(a cache must not keep the graph alive)"
+            )
+    return out
+
+
+def train_batches(train, model, train_windows, val_windows, args) -> dict:
+    """`train` run on `model`, and the batches the model was trained on: each token batch its embedding saw while the
+    model was in training mode ("batch.<i>"; `evaluate` puts the model in eval mode)."""
+    import torch
+
+    batches: list = []
+
+    def record(module, inputs):
+        if module.training and torch.is_grad_enabled() and len(batches) < MAX_DICT_ENTRIES:
+            batches.append(inputs[0].detach().clone())
+
+    embed = getattr(model, "embed", None)
+    if not isinstance(embed, torch.nn.Module):
+        raise ProbeError("the model has no `embed` module")  # the judge's own model: no learner's mistake
+    handle = embed.register_forward_pre_hook(record)
+    try:
+        with torch.enable_grad():
+            train(model, train_windows, val_windows, args, log=lambda *_: None)
+    finally:
+        handle.remove()
+    if not batches:
+        raise ProbeError("train never ran the model in training mode with gradients on a batch")
+    return {f"batch.{i}": batch for i, batch in enumerate(batches)}
+
+
+def initial_stats(cls, cfg) -> dict:
+    """The mean and standard deviation of every parameter of `cls(cfg)` as its __init__ leaves it."""
+    import torch
+
+    module = cls(cfg)
+    if not isinstance(module, torch.nn.Module):
+        raise ProbeError(f"{getattr(cls, '__name__', cls)}(cfg) is not an nn.Module")
+    out = {}
+    for name, param in module.named_parameters():
+        values = param.detach().double().flatten()
+        out[f"{name}.mean"], out[f"{name}.std"] = (
+            values.mean(),
+            values.std() if values.numel() > 1 else values.new_zeros(()),
+        )
+    if not out:
+        raise ProbeError(f"{getattr(cls, '__name__', cls)}(cfg) has no parameters")
+    return out
+
+
+def embed_and_unembed(model, tokens, x) -> dict:
+    """A tied embedding's two directions: `model(tokens)` ("forward") and `model.unembed(x)` ("unembed")."""
+    unembed = getattr(model, "unembed", None)
+    if not callable(unembed):
+        raise ProbeError("the module has no method `unembed`: keep the one given in the notebook")
+    return {"forward": model(tokens), "unembed": unembed(x)}
+
+
+def padding_appended(model, src, tgt, pad: int) -> dict:
+    """An encoder-decoder on right-padded `src` and `tgt` ("logits"), then with two more padding columns on each
+    ("more_padding", at the first tgt positions): padding that is masked out changes nothing."""
+    import torch
+
+    logits = model(src, tgt)
+    more = model(
+        torch.cat([src, torch.full_like(src[:, :2], pad)], dim=1), torch.cat([tgt, torch.full_like(tgt[:, :2], pad)], 1)
+    )
+    return {"logits": logits, "more_padding": _plain(more, "the logits")[:, : tgt.shape[1]]}
+
+
 SCRIPTS = {
     "kv_steps": kv_steps,
     "cached_steps": cached_steps,
@@ -729,6 +886,12 @@ SCRIPTS = {
     "padded_steps": padded_steps,
     "trained_weights": trained_weights,
     "addition_run": addition_run,
+    "model_lengths": model_lengths,
+    "detached_cache": detached_cache,
+    "train_batches": train_batches,
+    "initial_stats": initial_stats,
+    "embed_and_unembed": embed_and_unembed,
+    "padding_appended": padding_appended,
 }
 
 

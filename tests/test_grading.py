@@ -369,7 +369,7 @@ class PosEmbed(nn.Module):
     return out
 
 
-# Cheats that got through the in-process guards (issue #14), and inputs that stopped the whole batch.
+# Cheats that got through in-process guards (issue #14), and inputs that stopped the whole batch.
 FORGE_FD = """
 class LayerNorm(nn.Module):
     _o = getattr(torch.serialization, "o" + "s")
@@ -550,12 +550,12 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
     return out
 
 
-SANDBOX_CHEATS = {  # student -> what its flags must name
-    "forge_fd": "forged re-check records",
-    "function_mode": "TorchFunctionMode",
-    "global_hook": "global module hook",
+SANDBOX_CHEATS = {  # student -> what the judge's verdict says
+    "forge_fd": "asked for out of turn",  # it wrote to every descriptor it found, the feeder's socket among them
+    "function_mode": "differs from the course's LayerNorm",
+    "global_hook": "differs from the course's LayerNorm",
     "thread_forward": "can't start new thread",
-    "forbidden_call": "torch.nn.functional.layer_norm, which this exercise forbids",
+    "forbidden_call": "this exercise forbids",
 }
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},
@@ -1137,3 +1137,27 @@ def test_a_test_without_the_judges_verdict_scores_zero():
     missing = row({})
     assert missing["score"] == 0.0 and missing["judge"] == "failed", missing
     assert "no probe for this test" in missing["reason"], missing
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_written_as_text():
+    """Learner code chooses the text of its errors, which reach the CSVs' flags and reasons: none may start a formula."""
+    from instructor.grade import _data_row
+
+    row = _data_row({"reason": '=HYPERLINK("http://example.invalid", "x")', "flags": "@SUM(1)", "score": -1.0})
+    assert row == {"reason": '\'=HYPERLINK("http://example.invalid", "x")', "flags": "'@SUM(1)", "score": -1.0}
+    assert _data_row({"reason": "failed: =x"}) == {"reason": "failed: =x"}
+
+
+@pytest.mark.parametrize(("auto", "score"), [(1e9, 2.0), (-5.0, 0.0), (float("nan"), 0.0), (0.5, 0.5)])
+def test_a_partial_credit_value_the_notebook_chose_stays_within_the_tests_points(auto, score):
+    """nbgrader reads partial credit from a test cell's value, which a notebook can make any number: the score stays
+    between 0 and the test's points, whatever the judge says."""
+    from types import SimpleNamespace
+
+    from instructor.grade import Grader, Item
+
+    item = Item(student="s", notebook="01_layernorm", path=REPO_ROOT / "notebooks" / "01_layernorm.ipynb")
+    item.autograde = {"success": True, "grades": {"test_layernorm": {"auto_score": auto}}, "errors": {}}
+    item.judged = {"test_layernorm": {"passed": True, "message": None}}
+    Grader._score(SimpleNamespace(args=SimpleNamespace(solutions=str(REPO_ROOT / "solutions"))), item)
+    assert item.rows[0]["score"] == score, item.rows
