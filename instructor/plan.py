@@ -221,7 +221,7 @@ def _norm(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
-def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], slice_given: bool = True) -> dict:
+def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -> dict:
     """The plan for one submitted notebook (JSON-serialisable)."""
     notes: list[str] = []
     src_cells = source_nb["cells"]
@@ -379,19 +379,6 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
         first = [learner_step(i, None) for a, i in added if a == -1]
         steps = first + steps
 
-    # --- given cells the tests do not need are skipped
-    if slice_given:
-        needed = set()
-        for step in reversed(steps):
-            if step["kind"] == "given":
-                if step["definitions"] or needed & set(step["binds"]):
-                    needed |= set(step["uses"])
-                else:
-                    step["skip"] = True
-            else:
-                needed |= set(step.get("uses", []))
-                needed |= set(step.get("binds", []))  # a learner rebinding a given name needs the given one
-    protected = sorted({b for s in steps if s["kind"] == "given" for b in s["binds"]} - set(exercise_names))
     return {
         "notebook": name,
         "order": order,
@@ -401,6 +388,5 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str], s
             k: {"names": v["names"], "uses": v["uses"], "found": k in learner_for} for k, v in solutions.items()
         },
         "exercise_names": exercise_names,
-        "protected": protected,
         "notes": notes,
     }

@@ -181,8 +181,14 @@ def batches(cluster, tmp_path_factory):
 
 
 def _flags(row):
-    """A row's flags, less the note that someone edited the course while the batch ran (a shared machine)."""
-    return [f for f in row["flags"].split(" | ") if f and not f.startswith("the course's files changed")]
+    """A row's flags, less the note that someone edited the course while the batch ran (a shared machine), and
+    less the figures of a judge's verdict (each batch draws its own inputs)."""
+    marker = "the judge outside the sandbox failed it:"
+    return [
+        f.split(marker)[0] + marker if marker in f else f
+        for f in row["flags"].split(" | ")
+        if f and not f.startswith("the course's files changed")
+    ]
 
 
 def test_same_scores_and_verdicts_as_one_machine(batches):
