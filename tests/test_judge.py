@@ -965,6 +965,142 @@ MISTAKES += [
     ("08_interpretability", "test_repeated_segments", *change, cause) for cause, change in SEGMENT_MISTAKES.items()
 ]
 
+# What the notebook's checks verify and the judge's probes once let pass (each passed the judge before its probe was
+# added): the verdict names the cause.
+GELU_TANH = "return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))"
+PARITY_MISTAKES = [
+    (  # the exact GELU, with the error function: about 5e-4 off GPT-2's, 5 times the judge's tolerance (it failed
+        # the judge before too: kept so that a looser tolerance shows)
+        "04_mlp_and_block",
+        "test_gelu_new",
+        GELU_TANH,
+        "return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))",
+        "differs from the course's gelu_new",
+    ),
+    (  # top-p before top-k: the same draws wherever the nucleus is within the top k (about 2 in 5 random rows)
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        (
+            "    if top_k is not None:\n        logits = top_k_filter(logits, top_k)\n"
+            "    if top_p is not None:\n        logits = top_p_filter(logits, top_p)\n"
+        ),
+        (
+            "    if top_p is not None:\n        logits = top_p_filter(logits, top_p)\n"
+            "    if top_k is not None:\n        logits = top_k_filter(logits, top_k)\n"
+        ),
+        "it applies top-p before top-k",
+    ),
+    (  # the model fed the newest token only: a bigram model cannot tell
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "logits = model(tokens)  # [batch pos d_vocab]",
+        "logits = model(tokens[:, -1:])  # [batch pos d_vocab]",
+        "ran the model on sequences of lengths [1, 1, 1",
+    ),
+    (  # a fixed window of the last 4 tokens
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "logits = model(tokens)  # [batch pos d_vocab]",
+        "logits = model(tokens[:, -4:])  # [batch pos d_vocab]",
+        "ran the model on sequences of lengths [4, 4, 4",
+    ),
+    (  # the hooks never removed
+        "08_interpretability",
+        "test_cache_activations",
+        (
+            "        for handle in handles:  # even if the forward pass fails: a hook left behind fires on every later "
+            "call\n            handle.remove()\n"
+        ),
+        "        pass\n",
+        "cache_activations left hooks on embed (1)",
+    ),
+    (  # the activations kept in the graph
+        "08_interpretability",
+        "test_cache_activations",
+        "            cache[name] = output.detach()\n",
+        "            cache[name] = output\n",
+        "stored tensors that still require grad",
+    ),
+    (  # every block taken to have an MLP
+        "08_interpretability",
+        "test_cache_activations",
+        '            if hasattr(block, "mlp"):\n',
+        "            if True:\n",
+        "no attribute 'ln2'",
+    ),
+    (  # the batch size hard-coded (one window repeated, any batch size gave the same weights)
+        "06_training",
+        "test_train",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randint(len(train_windows), (8,))]",
+        "where [args.batch_size, seq_len] = [",
+    ),
+    (  # the same batch at every step
+        "06_training",
+        "test_train",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[: args.batch_size]",
+        "distinct batch(es) in",
+    ),
+    (  # the right count as a float
+        "00_tour",
+        "test_count_params",
+        "    return embeddings + cfg.n_layers * block + layer_norm + unembed\n",
+        "    return float(embeddings + cfg.n_layers * block + layer_norm + unembed)\n",
+        "count_params returned float",
+    ),
+    (  # the right count as a tensor
+        "00_tour",
+        "test_count_params",
+        "    return embeddings + cfg.n_layers * block + layer_norm + unembed\n",
+        "    return torch.tensor(embeddings + cfg.n_layers * block + layer_norm + unembed)\n",
+        "count_params returned torch.Tensor",
+    ),
+    (  # GPT-2's initialisation (the judge's weights replaced it in every other probe)
+        "09_encoder_decoder",
+        "test_shared_embedding",
+        "nn.init.normal_(self.W_E, mean=0.0, std=cfg.d_model**-0.5)",
+        "nn.init.normal_(self.W_E, mean=0.0, std=0.02)",
+        "initialises W_E with mean",
+    ),
+    (  # the output layer scaled by sqrt(d_model) as the embedding is
+        "09_encoder_decoder",
+        "test_shared_embedding",
+        "return x @ self.W_E.T  # the same table",
+        "return x @ self.W_E.T * math.sqrt(self.cfg.d_model)  # the same table",
+        "['unembed'] differs from the course's SharedEmbedding",
+    ),
+    (  # the encoder's self-attention without the source's padding mask
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "            x = layer(x, src_padding)\n",
+        "            x = layer(x, None)\n",
+        "without padding they were right",
+    ),
+    (  # the cross-attention without the source's padding mask
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "            y = layer(y, memory, tgt_padding, src_padding)\n",
+        "            y = layer(y, memory, tgt_padding, None)\n",
+        "without padding they were right",
+    ),
+    (  # padding taken to be id 0, whatever pad_id is
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "        src_padding = src == self.cfg.pad_id  # [batch src], True = masked out\n",
+        "        src_padding = src == 0  # [batch src], True = masked out\n",
+        "without padding they were right",
+    ),
+    (  # probabilities multiplied: right over a few steps, 0 in float32 after about 20
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "scores = (log_probs + live_scores[:, None]).flatten()  # [n_live * d_vocab]",
+        "scores = (log_probs.exp() * live_scores[:, None].exp()).log().flatten()  # probabilities multiplied",
+        "products of probabilities underflow",
+    ),
+]
+MISTAKES += PARITY_MISTAKES
+
 
 def test_the_judges_inputs_separate_each_filter_and_penalty_mistake_on_every_draw():
     """The inputs the judge draws for min-p and the repetition penalty are built so that the usual mistakes give
@@ -991,6 +1127,48 @@ def test_the_judges_inputs_separate_each_filter_and_penalty_mistake_on_every_dra
             torch.where(seen, logits - penalty, logits),
         ):
             assert not torch.allclose(wrong, right, atol=1e-4), seed
+
+
+def test_the_judges_cliff_logits_separate_the_order_of_top_k_and_top_p_on_every_draw():
+    """On the "cliff_logits" rows, for every k, p and temperature the probe draws, top-p before top-k keeps tokens
+    that the course's order (top-k, then top-p) removes, holding 2.5% or more of that order's probability: 4,000
+    draws then show one (all missed about once in 10^44)."""
+    course = components("07_sampling_and_kv_cache")
+    cfg = dict(judge.SMALL)
+    for seed in range(300):
+        gen = torch.Generator().manual_seed(seed)
+        logits = judge._random_input("cliff_logits", (1, cfg["d_vocab"]), cfg, gen)
+        for temperature in (0.85, 1.0, 1.15):
+            for k in (2, 7, 12):
+                for p in (0.3, 0.6, 0.9):
+                    x = course.apply_temperature(logits, temperature)
+                    right = course.top_p_filter(course.top_k_filter(x, k), p)
+                    swapped = course.top_k_filter(course.top_p_filter(x, p), k)
+                    extra = torch.isneginf(right) & ~torch.isneginf(swapped)
+                    assert swapped.softmax(-1)[extra].sum() > 0.025, (seed, temperature, k, p)
+
+
+def test_a_loop_that_draws_its_batches_another_way_passes(tmp_path):
+    """The batch probe judges the batches by rules (their size, fresh ones, training windows only), not against
+    the course's draw: windows drawn without replacement pass."""
+    namespace = course_with(
+        "06_training",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randperm(len(train_windows))[: args.batch_size]]",
+    )
+    verdict = verdict_of("06_training", "test_train", namespace, tmp_path)
+    assert verdict["passed"], verdict
+
+
+def test_an_initialisation_written_another_way_passes(tmp_path):
+    """The judge measures the initial table's spread, not its draw: torch.randn scaled passes."""
+    namespace = course_with(
+        "09_encoder_decoder",
+        "nn.init.normal_(self.W_E, mean=0.0, std=cfg.d_model**-0.5)",
+        "self.W_E.data = torch.randn(cfg.d_vocab, cfg.d_model) / math.sqrt(cfg.d_model)",
+    )
+    verdict = verdict_of("09_encoder_decoder", "test_shared_embedding", namespace, tmp_path)
+    assert verdict["passed"], verdict
 
 
 def test_a_right_random_draw_passes_the_segment_rules_every_time():
