@@ -1,14 +1,14 @@
 """The judge: verdicts made outside the sandbox, on fresh inputs, by comparing plain tensors.
 
-The in-sandbox re-check runs the harness's checks in the same process as the learner's code, so that code could in
-principle reach into the comparison (read the expected tensor off the caller's frame, or behave well only when a
-check is on the stack). The judge holds the course's own implementation and the expected outputs here, in the
-grader's process, and never imports or runs learner code:
+nbgrader's run of a notebook calls the harness's checks in the same process as the learner's code, so that code can
+reach into the comparison (redefine a check, read the expected tensor off the caller's frame, behave well only when
+a check is on the stack): that run gives the learner's feedback, never points. The judge holds the course's own
+implementation and the expected outputs here, in the grader's process, and never imports or runs learner code:
 
-1. `prepare` (before the re-check starts): draws a secret seed, builds the course's component
+1. `prepare` (before the job starts): draws a secret seed, builds the course's component
    (`harness.course.components`) with every parameter set at random from that seed, draws random inputs, computes
    the expected outputs and keeps them; it writes only the inputs and the weights (safetensors) and a JSON list of
-   the probes into the job's folder, which the sandboxed re-check child reads (`instructor.probe_runner`);
+   the probes into the job's folder, which the sandboxed probe child reads (`instructor.probe_runner`);
 2. the child, once its plan has run, builds each learner class with the probe's config and loads the weights
    strictly, or looks up the learner's function; calls it on the inputs (tensors, numbers and configs from the
    request; a dataclass of the learner's built with the judge's field values; a bigram model for generation) and
@@ -1975,5 +1975,5 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
 
 
 def no_result(notebook: str, why: str) -> dict[str, dict]:
-    """Every judged test of `notebook` failed, for `why` (the re-check never ran or never reported)."""
+    """Every judged test of `notebook` failed, for `why` (the probe job never ran or never reported)."""
     return {grade_id: {"passed": False, "message": f"judge: {why}"} for grade_id in judged_tests().get(notebook, [])}

@@ -54,7 +54,7 @@ def load_request(folder: str) -> dict:
 
 # ---------------------------------------------------------------------- the feeder
 # In the sandbox, the probe child never holds the judge's inputs before a probe asks for them: a process forked
-# from it before any learner code (`recheck._fed_probes`), root, which never runs learner code, reads the request
+# from it before any learner code (`template._fed_probes`), root, which never runs learner code, reads the request
 # and serves each probe's entry and tensors once, when the runner asks for that probe. Code run while the
 # definitions load, or in an earlier probe's call, finds no input to compute an answer from with an operator that
 # is still there; and an input asked for out of turn (through the socket, say) is not served again: the probe it
@@ -1011,9 +1011,8 @@ def _call_watching(target: str, call, forbidden: tuple[str, ...], withdraw=None)
 
 
 def no_new_tasks() -> None:
-    """From here on this process can start neither a thread nor a process (the re-check child calls it before any
-    learner code runs): everything the learner's code runs, it runs in this thread, where the guards and the
-    profiler look (a new thread's Python functions would go unseen, a forked process's everything). The kernel
+    """From here on this process can start neither a thread nor a process (the probe child calls it before any
+    learner code runs): everything the learner's code runs, it runs in this thread, where the profiler looks (a new thread's Python functions would go unseen, a forked process's everything). The kernel
     enforces RLIMIT_NPROC, set here to 0, soft and hard, for any uid but root's (never learner code's in the
     sandbox): threads and processes already running go on, none can start."""
     if os.getuid() != 0:
@@ -1258,15 +1257,21 @@ def _take_out(rules) -> list[str]:
     handle = library("IMPL", "aten", "", "<the judge's probe child>", 0)
     taken = []
 
-    def refused(*args, **kwargs):
-        raise RuntimeError("this exercise forbids this operator: the judge took it out of the process it runs in")
+    def refusing(name: str):
+        def refused(*args, **kwargs):
+            raise RuntimeError(
+                f"this exercise forbids {name} (whatever name reached it): the judge took it out of the process "
+                "it runs in"
+            )
+
+        return refused
 
     for full in all_ops():
         if not full.startswith("aten::") or not any(_forbids(rule, full.split(".")[0]) for rule in rules):
             continue
         for key in ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
             if has_kernel(full, key):
-                handle.impl(full[len("aten::") :], key, refused, False)
+                handle.impl(full[len("aten::") :], key, refusing(full.split(".")[0]), False)
                 taken.append(f"{full} ({key})")
     incref(py_object(handle))  # alive for good, and out of reach once this returns
     return taken

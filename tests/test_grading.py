@@ -555,7 +555,7 @@ SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "function_mode": "differs from the course's LayerNorm",
     "global_hook": "differs from the course's LayerNorm",
     "thread_forward": "can't start new thread",
-    "forbidden_call": "this exercise forbids",
+    "forbidden_call": "layer_norm (whatever name reached it)",
 }
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},

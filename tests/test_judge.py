@@ -1,6 +1,6 @@
 """The judge (`instructor.judge`): verdicts made outside the sandbox on plain tensors, without nbgrader.
 
-The probe runner (`instructor.probe_runner`, what the sandboxed re-check child runs) is called here in-process on
+The probe runner (`instructor.probe_runner`, what the sandboxed probe child runs) is called here in-process on
 a namespace standing in for the learner's notebook; the judge then reads its files as it does after the child.
 """
 
@@ -59,11 +59,12 @@ def learner(code: str) -> dict:
 
 
 def run(notebook: str, namespace: dict, folder) -> judge.Prepared:
-    """What the grader and the re-check child do, in this process: prepare, run the probes; not yet judged."""
+    """What the grader and the probe child do, in this process: prepare, run the probes; not yet judged."""
     prepared = judge.prepare(notebook, folder / "job")
     request = probe_runner.load_request(str(prepared.folder))
     probe_runner.prepare_output(str(prepared.folder), None)
-    probe_runner.run_probes(request, namespace, timeout=10, deadline=time.monotonic() + 60)
+    # the grader's own limit per probe: 06's training probes take seconds, more on a loaded machine
+    probe_runner.run_probes(request, namespace, timeout=30, deadline=time.monotonic() + 300)
     return prepared
 
 
@@ -1614,6 +1615,7 @@ def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(tmp_path
     assert verdict()["passed"]  # the record alone is blinded: what the operators' removal is for
     taken = verdict("take out")
     assert not taken["passed"] and "took it out of the process" in taken["message"], taken
+    assert "layer_norm (whatever name reached it)" in taken["message"], taken  # the message names the operator
 
 
 # 04 forbids GELU's operator in gelu_new only (its MLP and block may use it): the probes run from those that forbid
@@ -1656,7 +1658,7 @@ def gelu_new(x):
 def test_an_operator_one_exercise_forbids_is_taken_out_before_its_probes_only(tmp_path):
     verdicts = json.loads(child_says(SEALED_04, str(tmp_path / "job"), BLINDED_GELU))
     assert not verdicts["test_gelu_new"]["passed"], verdicts
-    assert "took it out of the process" in verdicts["test_gelu_new"]["message"], verdicts
+    assert "forbids aten::gelu (whatever name reached it)" in verdicts["test_gelu_new"]["message"], verdicts
     assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts  # they may use GELU
 
 
@@ -1948,8 +1950,8 @@ def test_a_profiler_rebound_by_the_notebook_does_not_reach_the_record(tmp_path, 
 
 def test_no_thread_or_process_can_start_in_a_child():
     """As any uid but root (the sandbox's children), the kernel refuses a new thread or process after
-    `no_new_tasks` (called before any learner code): what an exercise runs, it runs where the guards and the
-    profiler look; the profiler itself still works."""
+    `no_new_tasks` (called before any learner code): what an exercise runs, it runs where the
+    profiler looks; the profiler itself still works."""
     script = (
         "import os, threading, torch\n"
         "from instructor.probe_runner import no_new_tasks, _record\n"
@@ -2065,7 +2067,7 @@ def test_earlier_notebooks_components_stay_allowed(tmp_path):
 
 
 def test_probes_run_in_the_probe_template_need_only_earlier_notebooks():
-    """A probe child holds the course's components of the notebooks before its own only (`recheck._child`): a probe
+    """A probe child holds the course's components of the notebooks before its own only (`template._probe_child`): a probe
     argument built from the graded notebook's own components could not be built there."""
     for notebook, probes in judge.PROBES.items():
         for probe in probes:
