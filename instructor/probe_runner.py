@@ -656,13 +656,21 @@ def same_seed_twice(sample, *args, **kwargs):
     return first
 
 
+# The key bias adds the same number to every score of a query, which softmax ignores: its gradient is 0 in exact
+# arithmetic and rounding noise in floats, which AdamW scales up to steps the size of the learning rate. So its
+# trained value tells nothing about a loop, and two right loops that round differently (a gradient clip written by
+# hand) disagree on it by more than any tolerance; the trained weights the judge compares leave it out.
+def _informative(name: str) -> bool:
+    return not name.endswith("b_K")
+
+
 def trained_weights(train, model, train_windows, val_windows, args) -> dict:
     """`train` run on `model` (its log kept quiet), then the model's weights: what the judge compares."""
     import torch
 
     with torch.enable_grad():
         train(model, train_windows, val_windows, args, log=lambda *_: None)
-    return {name: p.detach() for name, p in model.named_parameters()}
+    return {name: p.detach() for name, p in model.named_parameters() if _informative(name)}
 
 
 def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, namespace: dict) -> dict:
@@ -709,7 +717,7 @@ def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, n
                 if not isinstance(losses, (list, tuple)) or not all(isinstance(x, (int, float)) for x in losses):
                     raise ProbeError("train_addition did not return a list of floats (the loss of every step)")
                 out["losses"] = torch.tensor([float(x) for x in losses], dtype=torch.float64)
-                out |= {f"w.{name}": p.detach().clone() for name, p in first.named_parameters()}
+                out |= {f"w.{name}": p.detach().clone() for name, p in first.named_parameters() if _informative(name)}
     finally:
         for key, scope in scopes.items():
             scope["addition_data"] = originals[key]
