@@ -54,21 +54,38 @@ def _is_name_target(target: ast.AST) -> bool:
     return False
 
 
-def _is_definition(stmt: ast.stmt) -> bool:
+def _sets_own(stmt: ast.stmt, own: frozenset[str]) -> bool:
+    """`Cls.attr = value` or `setattr(Cls, "attr", value)` on a class or function the notebook defines: how a method
+    is added after its class (`Attention.forward = forward`), part of the definition, not an action."""
+    if isinstance(stmt, ast.Assign):
+        return all(isinstance(t, ast.Attribute) and _root_name(t) in own for t in stmt.targets)
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "setattr"
+        and len(call.args) == 3
+        and isinstance(call.args[0], ast.Name)
+        and call.args[0].id in own
+    )
+
+
+def _is_definition(stmt: ast.stmt, own: frozenset[str] = frozenset()) -> bool:
     keep = isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass))
     keep |= isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets)
     keep |= isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+    keep |= _sets_own(stmt, own)
     return keep or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
 
 
-def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt]) -> list[ast.stmt]:
+def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt], own: frozenset[str] = frozenset()) -> list[ast.stmt]:
     """The definitions of `body`. An `if`, `try` or `with` that defines something is kept with only its definitions
     (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`): its condition or context
     runs as an assignment's value would; a `try` whose body holds an action is dropped whole. Loops and everything
     else are actions, dropped into `dropped`."""
     kept = []
     for stmt in body:
-        if _is_definition(stmt):
+        if _is_definition(stmt, own):
             kept.append(stmt)
             continue
         if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With)):
@@ -77,7 +94,7 @@ def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt]) -> list[ast.s
             fields = ["body", "orelse", "finalbody"]
             for field in fields:
                 if hasattr(node, field):
-                    part = _definitions_in(getattr(stmt, field), inner)
+                    part = _definitions_in(getattr(stmt, field), inner, own)
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
             if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
                 # an action dropped from a `try` body could have raised and sent the code to a handler: without
@@ -87,7 +104,7 @@ def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt]) -> list[ast.s
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:
-                    handler.body = _definitions_in(handler.body, inner) or [ast.Pass()]
+                    handler.body = _definitions_in(handler.body, inner, own) or [ast.Pass()]
             defines = any(
                 not isinstance(n, ast.Pass) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node
             )
@@ -99,11 +116,12 @@ def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt]) -> list[ast.s
     return kept
 
 
-def definitions_only(tree: ast.Module) -> tuple[ast.Module, list[str]]:
-    """`tree` with only imports, function/class definitions and assignments to plain names (also inside an `if`, a
-    `try` or a `with`); and what was dropped."""
+def definitions_only(tree: ast.Module, own: frozenset[str] = frozenset()) -> tuple[ast.Module, list[str]]:
+    """`tree` with only imports, function/class definitions, assignments to plain names and attributes set on the
+    classes and functions named in `own` (the notebook's: a method added after its class), also inside an `if`, a
+    `try` or a `with`; and what was dropped."""
     dropped: list[ast.stmt] = []
-    kept = _definitions_in(tree.body, dropped)
+    kept = _definitions_in(tree.body, dropped, own)
     notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
     return ast.Module(body=kept, type_ignores=[]), notes
 
@@ -305,6 +323,13 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -
 
     # --- steps in the instructor's order, learner cells slotted in
     steps = []
+    own: set[str] = set()  # the classes and functions the learner's cells define
+    for cell in learner_nb["cells"]:
+        if cell.get("cell_type") == "code":
+            try:
+                own |= set(defined_names(ast.parse(ipython_to_python(cell_source(cell)))))
+            except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
+                pass
 
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])
@@ -321,7 +346,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -
             tree = ast.parse(ipython_to_python(text))
             keep_all = ex is not None and solutions[ex]["top_level_code"]
             if not keep_all:
-                tree, step["dropped"] = definitions_only(tree)
+                tree, step["dropped"] = definitions_only(tree, frozenset(own))
             step["defines"] = defined_names(tree)
             step["code"] = ast.unparse(tree)
             binds, uses = binds_and_uses(tree, modules)

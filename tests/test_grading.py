@@ -366,7 +366,34 @@ class PosEmbed(nn.Module):
         )
     )
     out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text), LN: set_source(ln(), "layernorm", ln_text)}
+    # ... a method added to its class in a later cell, with modules the static scan refused until it was retired
+    nb = set_source(ln(), "layernorm", LATE_CLASS)
+    out["late_method"] = {LN: insert_after(nb, "layernorm", LATE_METHOD)}
     return out
+
+
+LATE_CLASS = """
+class LayerNorm(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+"""
+LATE_METHOD = """
+import inspect
+import sys
+
+
+def _ln_forward(self, residual):
+    assert sys.float_info.epsilon < self.cfg.layer_norm_eps or True
+    centered = residual - residual.mean(dim=-1, keepdim=True)
+    return centered / (centered.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+
+
+LayerNorm.forward = _ln_forward
+print(inspect.signature(LayerNorm.forward))
+"""
 
 
 # Cheats that got through in-process guards (issue #14), and inputs that stopped the whole batch.
@@ -580,6 +607,7 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "zz_forker": "all",
     "harness_aware": {},
     "unusual_honest": "all",
+    "late_method": "all",
 }
 TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
 
@@ -1079,6 +1107,8 @@ def test_unusual_honest_code_gets_full_marks(graded):
     rows = check_expected(graded, "unusual_honest")
     assert {r["grade_id"] for r in rows} == {"test_layernorm", "test_embed", "test_pos_embed", "test_sinusoidal"}
     assert not any(r["flags"] for r in rows), [r["flags"] for r in rows]
+    rows = check_expected(graded, "late_method")  # its class's method set in a later cell, `import sys`, `inspect`
+    assert not any(r["flags"] for r in rows), [r["flags"] for r in rows]
 
 
 def test_colliding_folders_are_both_graded_and_flagged(graded):
@@ -1161,3 +1191,22 @@ def test_a_partial_credit_value_the_notebook_chose_stays_within_the_tests_points
     item.judged = {"test_layernorm": {"passed": True, "message": None}}
     Grader._score(SimpleNamespace(args=SimpleNamespace(solutions=str(REPO_ROOT / "solutions"))), item)
     assert item.rows[0]["score"] == score, item.rows
+
+
+def test_a_method_added_to_the_learners_own_class_after_it_is_kept():
+    """`Cls.forward = forward` and `setattr(Cls, ...)` on a class the notebook defines complete its definition (an
+    honest way to write a method in a later cell); on anything else they stay actions, dropped."""
+    own = frozenset({"LayerNorm", "helper"})
+    code = (
+        "def _forward(self, x):\n    return x\n"
+        "LayerNorm.forward = _forward\n"
+        "setattr(LayerNorm, 'extra_repr', lambda self: 'mine')\n"
+        "helper.__doc__ = 'a helper'\n"
+        "torch.allclose = None\n"
+        "setattr(torch, 'equal', None)\n"
+        "LayerNorm.forward(None, 1)\n"
+    )
+    tree, dropped = definitions_only(ast.parse(code), own)
+    kept = ast.unparse(tree)
+    assert "LayerNorm.forward = _forward" in kept and "setattr(LayerNorm" in kept and "helper.__doc__" in kept
+    assert "torch" not in kept and "LayerNorm.forward(None, 1)" not in kept and len(dropped) == 3
