@@ -1041,7 +1041,10 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
     probes = list(request["probes"])
     sets = [_aten_rules(probe) for probe in probes]
     taken = _common_rules(sets) if take_out else frozenset()
-    withdraw = _python_out({rule for probe in probes for rule in probe.get("forbidden_ops", ())}) if take_out else None
+    withdraw = retire = None
+    if take_out:
+        enter, leave, retire = _python_out({rule for probe in probes for rule in probe.get("forbidden_ops", ())})
+        withdraw = (enter, leave)
     if take_out:
         order = sorted(range(len(probes)), key=lambda i: len(sets[i]))
         probes, sets = [probes[i] for i in order], [sets[i] for i in order]
@@ -1056,6 +1059,8 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
             if more and all(later >= sets[i] for later in sets[i:]):
                 _take_out(more)
                 taken |= more
+            if retire is not None:  # the Python oracles every probe left forbids: out for good, nothing to undo
+                retire(frozenset.intersection(*(frozenset(p.get("forbidden_ops", ())) for p in probes[i:])))
             left = deadline - time.monotonic()
             if left <= 0:
                 errors[probe["name"]] = "not run (the notebook's time limit)"
@@ -1305,15 +1310,16 @@ def take_out_operators(request: dict) -> list[str]:
 # oracle it could run anywhere else has nothing to answer. The state lives in closures the sealed runner holds and
 # in an audit hook, which no Python code can reach or remove.
 def _python_out(rules) -> tuple:
-    """(enter, leave): `enter(rules)` withdraws the functions under the `py:` rules among `rules` (of those this was
-    made for), `leave()` puts every one back."""
+    """(enter, leave, retire): `enter(rules)` withdraws the functions under the `py:` rules among `rules` (of those
+    this was made for), `leave()` puts every one back; `retire(rules)` withdraws those under `rules` for good, their
+    code kept nowhere, so that nothing a call reaches (the runner's frames, these closures) can put them back."""
     import gc
     import types
 
     import torch._inductor  # noqa: F401 - the profiler imports it the first time it starts: not inside a call
 
     parts = {rule: rule[3:].partition(":")[::2] for rule in rules if rule.startswith("py:")}
-    state = {"index": None, "active": frozenset(), "saved": {}, "files": {}, "made": {}}
+    state = {"index": None, "active": frozenset(), "retired": frozenset(), "saved": {}, "files": {}, "made": {}}
     raisers: dict = {}
 
     def rules_for(filename: str) -> tuple:
@@ -1358,7 +1364,7 @@ def _python_out(rules) -> tuple:
         hits = rules_for(args[0].co_filename)
         if not hits:
             return
-        if any(rule in state["active"] for rule in hits):
+        if any(rule in state["active"] or rule in state["retired"] for rule in hits):
             raise RuntimeError(f"this exercise forbids running {args[0].co_filename} while your code runs")
         state["index"] = None  # a module of those files ran afresh: its functions are new objects
 
@@ -1385,4 +1391,15 @@ def _python_out(rules) -> tuple:
             function.__code__ = code
         saved.clear()
 
-    return enter, leave
+    def retire(probe_rules) -> None:
+        newly = frozenset(rule for rule in probe_rules if rule in parts) - state["retired"]
+        if not newly:
+            return
+        if state["index"] is None:
+            state["index"] = index()
+        for rule in newly:
+            for function in state["index"][rule]:
+                function.__code__ = raiser(function)
+        state["retired"] |= newly
+
+    return enter, leave, retire

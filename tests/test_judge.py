@@ -1577,7 +1577,11 @@ try:
 except RuntimeError as err:
     print("REFUSED", err)
     sys.exit(0)
-run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=len(sys.argv) > 3)
+import os
+if os.fork() == 0:  # the probes in a child, as the sandbox's probe child runs them: what it withdraws stays there
+    run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=len(sys.argv) > 3)
+    os._exit(0)
+os.wait()
 print(json.dumps(judge.verdicts(prepared)["test_layernorm"]))
 """
 TAMPERED = """
@@ -1660,7 +1664,11 @@ namespace = {}
 for name in ("00_tour", "01_layernorm", "02_embeddings", "03_attention", "04_mlp_and_block"):
     exec(compile(component_source(name), f"<learner {name}>", "exec"), namespace)
 exec(compile(sys.argv[2], "<learner 04_mlp_and_block cell 9>", "exec"), namespace)
-run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=True)
+import os
+if os.fork() == 0:  # the probes in a child, as the sandbox's probe child runs them: what it withdraws stays there
+    run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=True)
+    os._exit(0)
+os.wait()
 print(json.dumps(judge.verdicts(prepared)))
 """
 BLINDED_GELU = """
@@ -1721,6 +1729,27 @@ BLINDED_DISTRIBUTIONS = BLINDED_GELU.replace('"gelu" not in', '"distributions" n
 )
 
 
+# Inside a call, a library can hand learner code the runner's frames (`logging.currentframe` calls sys._getframe
+# itself), and through them the function that puts the withdrawn code back: behind a blinded record, this
+# decomposed layer norm scored full marks that way. What every probe left forbids is withdrawn for good before the
+# call, its code kept nowhere: undoing the withdrawal finds nothing to put back.
+UNDONE_DECOMPOSITION = BLINDED_DECOMPOSITION.replace(
+    "    def forward(self, residual):\n",
+    "    def forward(self, residual):\n"
+    "        import logging, traceback\n"
+    "        for frame, _ in traceback.walk_stack(logging.currentframe()):\n"
+    "            leave = frame.f_locals.get('leave')\n"
+    "            if callable(leave) and getattr(leave, '__name__', '') == 'leave':\n"
+    "                leave()\n",
+)
+
+
+def test_what_every_probe_left_forbids_is_withdrawn_for_good(tmp_path):
+    assert "traceback.walk_stack" in UNDONE_DECOMPOSITION
+    taken = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), UNDONE_DECOMPOSITION, "take out"))
+    assert not taken["passed"] and "torch/_decomp/__init__.py" in taken["message"], taken
+
+
 def test_torchs_python_implementations_are_taken_out_while_a_probe_runs(tmp_path):
     assert "_decomposed(residual" in BLINDED_DECOMPOSITION
     blinded = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job0"), BLINDED_DECOMPOSITION))
@@ -1746,7 +1775,7 @@ def fresh():
     spec.loader.exec_module(module)
     return module.TransformerEncoderLayer(8, 2)
 
-enter, leave = _python_out(["py:torch/nn/modules/transformer.py"])
+enter, leave, _ = _python_out(["py:torch/nn/modules/transformer.py"])
 said = []
 enter(["py:torch/nn/modules/transformer.py"])
 for make in (lambda: torch.nn.TransformerEncoderLayer(8, 2), fresh):
