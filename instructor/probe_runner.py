@@ -1170,6 +1170,9 @@ def sealed_run_probes():
     return private["run_probes"]
 
 
+FUNCTION = type(lambda: None)
+
+
 def refuse_introspection() -> None:
     """Install the audit hook that refuses learner code the routes to the runner's state (above)."""
     refused = frozenset(REFUSED_EVENTS)
@@ -1221,9 +1224,13 @@ def refuse_introspection() -> None:
             return
         if event == "open":
             return
-        if event == "object.__setattr__":
+        if event in ("object.__setattr__", "object.__getattr__"):
+            # the learner's own functions and classes are theirs to read and change: a decorator that calls
+            # inspect.signature (which reads `__code__`) on the function it wraps was refused, and the exercise lost
             target = args[0] if args else None
-            code = getattr(target, "__code__", None) if callable(target) and not isinstance(target, type) else None
+            code = None
+            if callable(target) and not isinstance(target, type):
+                code = object.__getattribute__(target, "__code__") if type(target) is FUNCTION else None
             mine = (isinstance(target, type) and target.__module__ == "__notebook__") or (
                 code is not None and is_learner(code)
             )

@@ -1750,6 +1750,26 @@ def test_what_every_probe_left_forbids_is_withdrawn_for_good(tmp_path):
     assert not taken["passed"] and "torch/_decomp/__init__.py" in taken["message"], taken
 
 
+def test_a_decorator_may_read_the_learners_own_functions(tmp_path):
+    """Reading a function's `__code__` is an audited event, which the probe child refuses to learner code on other
+    objects: on the learner's own functions it is allowed (a decorator calling inspect.signature on the function it
+    wraps was refused, and the honest exercise lost its points)."""
+    decorator = (
+        "import functools, inspect\n\n\ndef checked(fn):\n    signature = inspect.signature(fn)\n\n"
+        "    @functools.wraps(fn)\n    def wrapper(*args, **kwargs):\n        signature.bind(*args, **kwargs)\n"
+        "        return fn(*args, **kwargs)\n\n    return wrapper\n\n\n"
+    )
+    source = component_source("00_tour") + "\n" + component_source("01_layernorm")
+    honest = decorator + source.replace("    def forward(self, residual", "    @checked\n    def forward(self, residual", 1)
+    assert "@checked" in honest
+    verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), honest, "take out"))
+    assert verdict["passed"], verdict
+    # another module's function stays refused
+    stolen = honest.replace("signature = inspect.signature(fn)", "signature = inspect.signature(json.dumps)")
+    said = child_says(SEALED_CHILD, str(tmp_path / "job2"), "import json\n" + stolen, "take out")
+    assert said.startswith("REFUSED") and "object.__getattr__" in said, said
+
+
 def test_torchs_python_implementations_are_taken_out_while_a_probe_runs(tmp_path):
     assert "_decomposed(residual" in BLINDED_DECOMPOSITION
     blinded = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job0"), BLINDED_DECOMPOSITION))
