@@ -70,11 +70,28 @@ def _sets_own(stmt: ast.stmt, own: frozenset[str]) -> bool:
     )
 
 
+def _is_globals(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"
+
+
+def _binds_through_namespace(stmt: ast.stmt) -> bool:
+    """A statement that binds names in the notebook's namespace without a definition's syntax: `globals()[k] = v`,
+    `globals().update(...)`, `exec(source)` (which defines what `source` defines)."""
+    if isinstance(stmt, ast.Assign):
+        return all(isinstance(t, ast.Subscript) and _is_globals(t.value) for t in stmt.targets)
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        return False
+    if isinstance(call.func, ast.Name) and call.func.id == "exec":
+        return True
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "update" and _is_globals(call.func.value)
+
+
 def _is_definition(stmt: ast.stmt, own: frozenset[str] = frozenset()) -> bool:
     keep = isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass))
     keep |= isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets)
     keep |= isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-    keep |= _sets_own(stmt, own)
+    keep |= _sets_own(stmt, own) or _binds_through_namespace(stmt)
     return keep or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
 
 

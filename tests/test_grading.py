@@ -385,9 +385,13 @@ import inspect
 import sys
 
 
+exec("def _centre(x):\\n    return x - x.mean(dim=-1, keepdim=True)\\n", globals())
+globals()["_FLOOR"] = 0.0
+
+
 def _ln_forward(self, residual):
     assert sys.float_info.epsilon < self.cfg.layer_norm_eps or True
-    centered = residual - residual.mean(dim=-1, keepdim=True)
+    centered = _centre(residual) + _FLOOR
     return centered / (centered.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
 
 
@@ -1107,7 +1111,8 @@ def test_unusual_honest_code_gets_full_marks(graded):
     rows = check_expected(graded, "unusual_honest")
     assert {r["grade_id"] for r in rows} == {"test_layernorm", "test_embed", "test_pos_embed", "test_sinusoidal"}
     assert not any(r["flags"] for r in rows), [r["flags"] for r in rows]
-    rows = check_expected(graded, "late_method")  # its class's method set in a later cell, `import sys`, `inspect`
+    # its class's method set in a later cell, `import sys`, `inspect`, helpers made through exec and globals()
+    rows = check_expected(graded, "late_method")
     assert not any(r["flags"] for r in rows), [r["flags"] for r in rows]
 
 
@@ -1210,3 +1215,7 @@ def test_a_method_added_to_the_learners_own_class_after_it_is_kept():
     kept = ast.unparse(tree)
     assert "LayerNorm.forward = _forward" in kept and "setattr(LayerNorm" in kept and "helper.__doc__" in kept
     assert "torch" not in kept and "LayerNorm.forward(None, 1)" not in kept and len(dropped) == 3
+    # names bound through the namespace itself are definitions too (an honest helper made by exec lost 04's points)
+    code = "exec(HELPER, globals())\nglobals()['C0'] = 0.044715\nglobals().update(C1=1.0)\nprint(C0)\n"
+    tree, dropped = definitions_only(ast.parse(code))
+    assert "print" not in ast.unparse(tree) and len(tree.body) == 3 and len(dropped) == 1
