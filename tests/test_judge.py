@@ -1862,6 +1862,9 @@ ATTENTION_BY_ANOTHER_NAME = {
     "F.scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)",
     "the math kernel through torch.ops": "torch.ops.aten._scaled_dot_product_attention_math(q, k, v, is_causal=True)[0]",
     "torch's decomposition table": "__import__('torch._decomp')._decomp.decomposition_table[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default](q, k, v, is_causal=True)[0]",
+    "the quantization toolkit's float attention": "__import__('torch.ao.nn.quantizable', fromlist=['_'])."
+    "MultiheadAttention(q.shape[-1], 1)(*(t[:, 0].transpose(0, 1) for t in (q, k, v)), need_weights=False)[0]"
+    ".transpose(0, 1)[:, None].expand(q.shape)",
     "flex attention's eager fallback": "__import__('torch.nn.attention.flex_attention').nn.attention.flex_attention.flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: torch.where(i >= j, s, -float('inf')))",
 }
 
@@ -1905,6 +1908,16 @@ CROSS_ENTROPY_BY_ANOTHER_NAME = {
         "tokens[:, 1:].flatten(), logits.shape[-1]).float(), reduction='sum') / tokens[:, 1:].numel()"
     ),
     "Categorical.log_prob": ("-torch.distributions.Categorical(logits=logits[:, :-1]).log_prob(tokens[:, 1:]).mean()"),
+    "a CTC loss over one time step": (
+        "torch.nn.functional.ctc_loss(torch.cat([logits[:, :-1].log_softmax(-1).flatten(0, 1), torch.full("
+        "(tokens[:, 1:].numel(), 1), -1e4)], -1)[None], tokens[:, 1:].reshape(-1, 1), torch.ones(tokens[:, 1:].numel(),"
+        " dtype=torch.long), torch.ones(tokens[:, 1:].numel(), dtype=torch.long), blank=logits.shape[-1],"
+        " reduction='sum') / tokens[:, 1:].numel()"
+    ),
+    "an adaptive softmax": (
+        "-torch.nn.AdaptiveLogSoftmaxWithLoss(logits.shape[-1], logits.shape[-1], [logits.shape[-1] - 1]).log_prob("
+        "logits[:, :-1].flatten(0, 1)).gather(-1, tokens[:, 1:].reshape(-1, 1)).mean()"
+    ),
     "torch's reference nll_loss": (
         "__import__('torch._refs.nn.functional')._refs.nn.functional.nll_loss("
         "logits[:, :-1].log_softmax(-1).flatten(0, 1), tokens[:, 1:].flatten())"
