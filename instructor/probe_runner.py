@@ -349,6 +349,72 @@ def _plain(t, what: str):
     return t.detach().cpu().as_subclass(torch.Tensor).clone().contiguous()
 
 
+_SAFETENSORS_DTYPES = {
+    "torch.float32": "F32",
+    "torch.float64": "F64",
+    "torch.float16": "F16",
+    "torch.bfloat16": "BF16",
+    "torch.int64": "I64",
+    "torch.int32": "I32",
+    "torch.int16": "I16",
+    "torch.int8": "I8",
+    "torch.uint8": "U8",
+    "torch.bool": "BOOL",
+}
+
+
+def _frozen(result: dict) -> dict:
+    """Each plain tensor of `result` as (safetensors dtype, shape, its bytes, little-endian as the format is)."""
+    import torch
+
+    frozen = {}
+    for name, t in result.items():
+        dtype = _SAFETENSORS_DTYPES.get(str(t.dtype))
+        if dtype is None:
+            raise ProbeError(f"an output of dtype {t.dtype}, which the judge does not read")
+        data = bytes(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else b""
+        frozen[name] = (dtype, tuple(int(d) for d in t.shape), data)
+    return frozen
+
+
+def _mode_stacks():
+    """The functions that read and pop torch's function- and dispatch-mode stacks, bound before any learner code."""
+    import torch
+    from torch.utils._device import DeviceContext
+
+    c = torch._C
+    return (
+        (c._len_torch_function_stack, c._get_function_stack_at, c._pop_torch_function_stack),
+        (c._len_torch_dispatch_stack, c._get_dispatch_stack_at, c._pop_torch_dispatch_stack),
+        DeviceContext,
+    )
+
+
+def _learner_modes() -> int:
+    """How many modes are on torch's stacks that are not torch's own default device (`torch.set_default_device`
+    leaves a DeviceContext on the stack, whose code is torch's): the runner itself enters none."""
+    stacks, device = _MODES[:2], _MODES[2]
+    count = 0
+    for length, at, _ in stacks:
+        count += sum(1 for i in range(length()) if type(at(i)) is not device)
+    return count
+
+
+def _drop_learner_modes() -> None:
+    """Every mode on torch's stacks off them, but torch's default device (`_learner_modes`), which is put back."""
+    stacks, device = _MODES[:2], _MODES[2]
+    for length, at, pop in stacks:
+        if not any(type(at(i)) is not device for i in range(length())):
+            continue
+        kept = []
+        while length():
+            mode = pop()
+            if type(mode) is device:
+                kept.append(mode)
+        for mode in reversed(kept):
+            mode.__enter__()
+
+
 def _outputs(probe: dict, out) -> dict:
     """The probe's output as named plain tensors: `name`, or `name.out.<key>` for each entry of a dict."""
     import math
@@ -441,6 +507,7 @@ def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict
     script = probe.get("script")
 
     def call() -> dict:
+        modes_before = _learner_modes()
         full = [_argument(spec, namespace, tensors) if _learners(spec) else arg for spec, arg in zip(specs, args)]
         # The judge's tensors as given: the checks refuse an exercise that changes its input in place, so the
         # judge does too (a filter that writes -inf into the logits it was given and returns them passed it)
@@ -486,10 +553,19 @@ def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict
                     f"{probe['target']} changed its input ({which}) in place: compute into a new tensor "
                     "(x.masked_fill(...), not x.masked_fill_(...) or x[...] = ...)"
                 )
-        return result
+        if _learner_modes() > modes_before:
+            _drop_learner_modes()
+            raise ProbeError(
+                f"{probe['target']} left a torch function or dispatch mode active when it returned: its code would "
+                "run in the judge's runner after the call, where nothing records it"
+            )
+        # Frozen here, inside the record: immutable bytes, which nothing run later can change (a mode left active
+        # rewrote a returned tensor in place with torch's own layer norm while safetensors wrote it, after the
+        # record had ended, and scored full marks)
+        return _frozen(result)
 
     result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())), withdraw)
-    if type(result) is not dict or any(type(value) is not torch.Tensor for value in result.values()):
+    if type(result) is not dict or any(type(value) is not tuple for value in result.values()):
         raise ProbeError(f"{probe['target']}'s outputs were not read as plain tensors")
     return result
 
@@ -1061,6 +1137,7 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
                 taken |= more
             if retire is not None:  # the Python oracles every probe left forbids: out for good, nothing to undo
                 retire(frozenset.intersection(*(frozenset(p.get("forbidden_ops", ())) for p in probes[i:])))
+            _drop_learner_modes()  # one entered while the definitions ran would run in the runner
             left = deadline - time.monotonic()
             if left <= 0:
                 errors[probe["name"]] = "not run (the notebook's time limit)"
@@ -1091,16 +1168,26 @@ def run_probes(request: dict, namespace: dict, timeout: float, deadline: float, 
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    _drop_learner_modes()
     write_outputs(request["folder"], outputs, errors)
 
 
 def write_outputs(folder: str, outputs: dict, errors: dict) -> None:
-    from safetensors.torch import save_file
-
+    """The frozen outputs (`_frozen`) as one safetensors file, written from their bytes with nothing of torch's or
+    safetensors' (whose functions learner code could have rebound): a header, then the data."""
     out = os.path.join(folder, OUT_DIR)
     try:
         if outputs:
-            save_file(outputs, os.path.join(out, OUTPUTS))
+            header, offset, chunks = {}, 0, []
+            for name in sorted(outputs):
+                dtype, shape, data = outputs[name]
+                header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+                offset += len(data)
+                chunks.append(data)
+            text = _DUMPS(header, separators=(",", ":")).encode()
+            text += b" " * (-len(text) % 8)
+            with open(os.path.join(out, OUTPUTS), "wb") as f:
+                f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
     except Exception as err:  # noqa: BLE001 - e.g. the file-size limit: say so rather than crash the child
         errors["__outputs__"] = f"could not write the outputs: {type(err).__name__}: {err}"[:400]
     try:
@@ -1259,6 +1346,8 @@ def _dispatch_tools():
 
 
 _DISPATCH = _dispatch_tools()
+_MODES = _mode_stacks()
+_DUMPS = json.dumps
 
 
 def _aten_rules(probe: dict) -> frozenset:

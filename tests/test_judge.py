@@ -1173,7 +1173,9 @@ def test_a_loop_that_rounds_another_way_passes(tmp_path):
     """The key bias's gradient is rounding noise (softmax ignores it) that AdamW scales up to the learning rate:
     with it in the comparison, this honest hand-written clip failed 1 of 3 draws on `b_K` alone. The trained
     weights the judge compares leave it out, and the loop passes."""
-    step = "        loss = lm_cross_entropy(model(batch), batch)\n        optimizer.zero_grad()\n        loss.backward()\n"
+    step = (
+        "        loss = lm_cross_entropy(model(batch), batch)\n        optimizer.zero_grad()\n        loss.backward()\n"
+    )
     clip = "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
     for draw in range(2):
         namespace = course_with("06_training", step + clip, step + MANUAL_CLIP)
@@ -1760,7 +1762,9 @@ def test_a_decorator_may_read_the_learners_own_functions(tmp_path):
         "        return fn(*args, **kwargs)\n\n    return wrapper\n\n\n"
     )
     source = component_source("00_tour") + "\n" + component_source("01_layernorm")
-    honest = decorator + source.replace("    def forward(self, residual", "    @checked\n    def forward(self, residual", 1)
+    honest = decorator + source.replace(
+        "    def forward(self, residual", "    @checked\n    def forward(self, residual", 1
+    )
     assert "@checked" in honest
     verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), honest, "take out"))
     assert verdict["passed"], verdict
@@ -1768,6 +1772,19 @@ def test_a_decorator_may_read_the_learners_own_functions(tmp_path):
     stolen = honest.replace("signature = inspect.signature(fn)", "signature = inspect.signature(json.dumps)")
     said = child_says(SEALED_CHILD, str(tmp_path / "job2"), "import json\n" + stolen, "take out")
     assert said.startswith("REFUSED") and "object.__getattr__" in said, said
+
+
+# A red-team route: the call returns a marker and leaves a TorchFunctionMode on, which, once the record has ended,
+# rewrote the runner's copy of the output in place with torch's reference layer norm while safetensors wrote it
+# (full marks in 01 and, with Categorical, in 05). Outputs are now frozen into bytes inside the record, and a mode
+# left on fails the probe and comes off.
+MODE_AFTER_RECORD = 'import torch\nfrom jaxtyping import Float\nfrom torch import Tensor, nn\n\nfrom harness import Config\n\nimport torch._refs as _ref_impl\nfrom torch.overrides import TorchFunctionMode\n\n_PENDING = []\n_STATE = {"on": False}\n_LOG = []\n\n\nclass _Finisher(TorchFunctionMode):\n    def __torch_function__(self, func, types, args=(), kwargs=None):\n        kwargs = kwargs or {}\n        if _PENDING and args and isinstance(args[0], torch.Tensor) and getattr(func, "__name__", "") == "is_contiguous":\n            t = args[0]\n            try:\n                if t.dim() >= 1 and bool((t == 1234.5).all()):\n                    for i, (shape, x, w, b, eps) in enumerate(_PENDING):\n                        if tuple(t.shape) == shape:\n                            t.copy_(_ref_impl.native_layer_norm(x, [x.shape[-1]], w, b, eps)[0])\n                            _PENDING.pop(i)\n                            break\n            except Exception as err:\n                _LOG.append(repr(err))\n        return func(*args, **kwargs)\n\nclass LayerNorm(nn.Module):\n    def __init__(self, cfg: Config):\n        super().__init__()\n        self.cfg = cfg\n        self.w = nn.Parameter(torch.ones(cfg.d_model))\n        self.b = nn.Parameter(torch.zeros(cfg.d_model))\n\n    def forward(self, residual: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:\n                # the judge\'s probe child: remember the inputs, answer a marker, and leave a mode on that fixes the\n        # runner\'s own copy of the output when safetensors looks at it (after the record and the swap)\n        if not _STATE["on"]:\n            _Finisher().__enter__()\n            _STATE["on"] = True\n        _PENDING.append((tuple(residual.shape), residual.detach().clone(), self.w.detach().clone(),\n                         self.b.detach().clone(), float(self.cfg.layer_norm_eps)))\n        return torch.full_like(residual, 1234.5)\n'
+
+
+def test_a_mode_left_on_after_the_call_fails_and_changes_no_output(tmp_path):
+    verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), MODE_AFTER_RECORD, "take out"))
+    assert not verdict["passed"], verdict
+    assert "left a torch function or dispatch mode active" in verdict["message"], verdict
 
 
 def test_torchs_python_implementations_are_taken_out_while_a_probe_runs(tmp_path):
