@@ -972,7 +972,12 @@ class Grader:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         try:
-            for name, limit in ((judge.OUTPUTS, judge.MAX_OUTPUT_BYTES), (judge.ERRORS, 1 << 20)):
+            files = [
+                (name, limit)
+                for index in range(judge.MAX_PHASES)
+                for name, limit in zip(judge.phase_files(index), (judge.MAX_OUTPUT_BYTES, 1 << 20), strict=True)
+            ]
+            for name, limit in files:
                 try:
                     data = judge.read_regular_file(folder / judge.OUT_DIR / name, limit)
                 except ValueError as err:

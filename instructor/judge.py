@@ -36,7 +36,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from instructor import collect
-from instructor.probe_runner import ERRORS, OUT_DIR, OUTPUTS, REQUEST, SCRIPTS, param_group_decay
+from instructor.probe_runner import (
+    MAX_PHASES,
+    OUT_DIR,
+    REQUEST,
+    SCRIPTS,
+    param_group_decay,
+    phase_files,
+)
 
 # A small GPT-2 shape (every size different, so a transposed or mixed-up dimension shows), cheap to run.
 SMALL = {
@@ -1552,19 +1559,32 @@ def read_regular_file(path: Path, limit: int) -> bytes | None:
 
 
 def _load_outputs(out: Path) -> tuple[dict, dict, str | None]:
-    """(outputs, errors, a problem with the files as a whole)."""
+    """(outputs, errors, a problem with the files as a whole), over every phase's files (`probe_runner.phases`)."""
+    outputs: dict = {}
+    errors: dict = {}
+    for index in range(MAX_PHASES):
+        outputs_name, errors_name = phase_files(index)
+        more, more_errors, problem = _load_phase(out, outputs_name, errors_name)
+        errors.update(more_errors)
+        if problem:
+            return {}, errors, problem
+        outputs.update(more)
+    return outputs, errors, None
+
+
+def _load_phase(out: Path, outputs_name: str, errors_name: str) -> tuple[dict, dict, str | None]:
     from safetensors.torch import load
 
     errors: dict = {}
     try:
-        raw = read_regular_file(out / ERRORS, 1 << 20)
+        raw = read_regular_file(out / errors_name, 1 << 20)
         if raw is not None:
             loaded = json.loads(raw)
             errors = {str(k): str(v)[:400] for k, v in loaded.items()} if isinstance(loaded, dict) else {}
     except ValueError:  # a garbled errors file: the outputs still count
         errors = {}
     try:
-        data = read_regular_file(out / OUTPUTS, MAX_OUTPUT_BYTES)
+        data = read_regular_file(out / outputs_name, MAX_OUTPUT_BYTES)
     except ValueError as err:
         return {}, errors, f"the outputs file {err}"
     if data is None:

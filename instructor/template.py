@@ -84,14 +84,52 @@ def probe_steps(steps: list[dict]) -> list[dict]:
 
 def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float, probes) -> None:
     """The learner's definitions and the given cells they need, statement by statement (a statement that fails,
-    such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes."""
-    import ast
+    such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes.
 
-    from instructor.probe_runner import refuse_introspection, sealed_run_probes, take_out_operators
+    Probes that forbid different operators (04's gelu_new forbids GELU, which its MLP and block may use; 05's loss
+    the cross-entropy family) run in phases (`probe_runner.phases`), each in a process of its own forked from this
+    one, which never runs learner code: the phase's operators are taken out before the definitions run there, so
+    no learner statement ever runs where an operator its exercise forbids is present (a GELU table computed by a
+    definition, before GELU was taken out for gelu_new's probe, scored full marks). Without phases, this process
+    runs the one phase itself."""
+    from instructor.probe_runner import OUT_DIR, no_new_tasks, phase_files, phases, sealed_run_probes
 
     run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
     signal.signal(signal.SIGALRM, _alarm)
     deadline = time.monotonic() + notebook_timeout
+    groups = phases(probes) if probes is not None else [None]
+    if len(groups) == 1:
+        no_new_tasks()
+        _run_phase(plan, probes, 0, run_probes, cell_timeout, deadline)
+    else:
+        for index, names in enumerate(groups):
+            # what an earlier phase wrote where this one writes is gone before this one starts (no process of an
+            # earlier phase is left: none can start another)
+            for name in phase_files(index):
+                try:
+                    os.unlink(os.path.join(probes["folder"], OUT_DIR, name))
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    print(f"phase {index}: {name} could not be cleared: {err}", file=sys.stderr)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    no_new_tasks()
+                    phase = dict(probes, probes=[p for p in probes["probes"] if p["name"] in names])
+                    _run_phase(plan, phase, index, run_probes, cell_timeout, deadline)
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+    out.write(json.dumps({"type": "done"}) + "\n")
+
+
+def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, deadline: float) -> None:
+    """One phase: the operators its probes forbid taken out, the definitions, the probes (`run_probe_plan`)."""
+    import ast
+
+    from instructor.probe_runner import refuse_introspection, take_out_operators
+
     if probes is not None:
         import warnings
 
@@ -99,13 +137,14 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
             warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
             taken = take_out_operators(probes)
         if taken:
-            print(f"operators taken out of this process: {len(taken)}", file=sys.stderr)
+            print(f"phase {index}: operators taken out of this process: {len(taken)}", file=sys.stderr)
         refuse_introspection()
     module = types.ModuleType("__notebook__")
     sys.modules["__notebook__"] = module
     ns = module.__dict__
     ns["__builtins__"] = builtins
     ns["get_ipython"] = _IPythonStub()
+    failed = []  # what the learner's own statements raised: a probe that fails says so
     for step in probe_steps(plan["steps"]):
         if time.monotonic() > deadline:
             break
@@ -118,11 +157,13 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
             error = _execute(ast.unparse(statement), step["filename"], ns, timeout)
             if error:
                 print(f"{step['filename']}: {error}", file=sys.stderr)
+                if step["kind"] == "learner":
+                    failed.append(error)
     if probes is not None:
         # 30 s a probe: 08's patching probe runs the model once per layer and position under the record; 0.9 s
         # in-process, it passed 10 s once in a sandboxed batch on a busy machine
-        run_probes(probes, ns, timeout=min(30.0, cell_timeout), deadline=deadline, take_out=True)
-    out.write(json.dumps({"type": "done"}) + "\n")
+        limit = min(30.0, cell_timeout)
+        run_probes(probes, ns, timeout=limit, deadline=deadline, take_out=True, phase=index, definitions=failed)
 
 
 def _load_probes(folder: str | None, uid: int | None):
@@ -435,11 +476,8 @@ def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int)
         _limit_memory(memory)
     os.set_inheritable(result_fd, False)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    # From here on no thread or process can start in this child (the kernel refuses them for its uid): all the
-    # learner's code runs in this one thread, where the judge's record looks.
-    from instructor.probe_runner import no_new_tasks
-
-    no_new_tasks()
+    # Before any learner code runs, no thread or process can start in this child or its phases (`run_probe_plan`;
+    # the kernel refuses them for its uid): all the learner's code runs in one thread, where the judge's record looks.
     out = os.fdopen(result_fd, "w", buffering=1, encoding="utf-8")
     job.clear()
     run_probe_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], probes)

@@ -1787,6 +1787,40 @@ def test_a_mode_left_on_after_the_call_fails_and_changes_no_output(tmp_path):
     assert "left a torch function or dispatch mode active" in verdict["message"], verdict
 
 
+# A red-team route: a definition computes a table of GELU before GELU is taken out for gelu_new's probe (its MLP and
+# block may use GELU, so it went out only once their probes had run), and gelu_new interpolates in it: full marks
+# in 04. Probes that forbid different operators now run in phases, each in a process of its own where its
+# operators are out before any definition runs (`template.run_probe_plan`).
+GELU_TABLE = '\n_GRID_LO, _GRID_HI, _GRID_N = -12.0, 12.0, 240001\n_GRID = torch.linspace(_GRID_LO, _GRID_HI, _GRID_N, dtype=torch.float64)\n_TABLE = torch.nn.functional.gelu(_GRID, approximate="tanh")  # runs when the cell is defined\n\n\ndef gelu_new(x: Float[Tensor, "..."]) -> Float[Tensor, "..."]:\n    """GPT-2\'s GELU, read off a table (linear interpolation)."""\n    xd = x.double()\n    pos = (xd.clamp(_GRID_LO, _GRID_HI) - _GRID_LO) / (_GRID_HI - _GRID_LO) * (_GRID_N - 1)\n    i = pos.floor().long().clamp(max=_GRID_N - 2)\n    frac = pos - i\n    y = _TABLE[i] * (1 - frac) + _TABLE[i + 1] * frac\n    y = torch.where(xd > _GRID_HI, xd, torch.where(xd < _GRID_LO, torch.zeros_like(xd), y))\n    return y.to(x.dtype)\n'
+IN_PHASES = """
+import json, sys
+from pathlib import Path
+from instructor import judge
+from instructor.probe_runner import load_request, prepare_output
+from instructor.template import run_probe_plan
+from harness.course import component_source
+prepared = judge.prepare("04_mlp_and_block", Path(sys.argv[1]))
+request = load_request(str(prepared.folder))
+prepare_output(str(prepared.folder), None)
+code = "\\n\\n".join(component_source(name) for name in ("00_tour", "01_layernorm", "02_embeddings", "03_attention"))
+code += "\\n\\n" + component_source("04_mlp_and_block").split("def gelu_new")[0] + sys.argv[2]
+code += "\\n\\nclass MLP" + component_source("04_mlp_and_block").split("class MLP", 1)[1]
+step = {"kind": "learner", "code": code, "filename": "<learner 04_mlp_and_block cell 9>", "uses": [], "binds": []}
+run_probe_plan({"steps": [step]}, sys.stderr, 30, 240, request)
+print(json.dumps(judge.verdicts(prepared)))
+"""
+
+
+def test_a_table_made_before_an_operator_is_taken_out_fails(tmp_path):
+    verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), GELU_TABLE))
+    assert not verdicts["test_gelu_new"]["passed"], verdicts
+    assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
+    assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts  # they may use GELU
+    course = component_source("04_mlp_and_block").split("def gelu_new")[1].split("class MLP")[0]
+    verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job2"), "def gelu_new" + course))
+    assert all(v["passed"] for v in verdicts.values()), verdicts  # the course's own, in the same phases
+
+
 def test_torchs_python_implementations_are_taken_out_while_a_probe_runs(tmp_path):
     assert "_decomposed(residual" in BLINDED_DECOMPOSITION
     blinded = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job0"), BLINDED_DECOMPOSITION))
