@@ -1422,8 +1422,9 @@ def _copy(value):
     return value
 
 
-def prepare(notebook: str, folder: Path) -> Prepared | None:
-    """Write a fresh probe request for `notebook` into `folder` (None when the judge covers none of its tests)."""
+def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> Prepared | None:
+    """Write a fresh probe request for `notebook` into `folder` (None when the judge covers none of its tests);
+    `only`: the probes of these graded tests alone (the tests of one mistake)."""
     if notebook not in PROBES:
         return None
     import torch
@@ -1450,6 +1451,8 @@ def prepare(notebook: str, folder: Path) -> Prepared | None:
     prepared = Prepared(folder, notebook, seed, {})
     tensors, entries = {}, []
     for i, probe in enumerate(PROBES[notebook]):
+        if only is not None and probe.grade_id not in only:
+            continue
         name = f"p{i}"
         class_name, cfg = CONFIGS[probe.config]
         if probe.config == "gpt2_eps":

@@ -58,9 +58,10 @@ def learner(code: str) -> dict:
     return namespace
 
 
-def run(notebook: str, namespace: dict, folder) -> judge.Prepared:
-    """What the grader and the probe child do, in this process: prepare, run the probes; not yet judged."""
-    prepared = judge.prepare(notebook, folder / "job")
+def run(notebook: str, namespace: dict, folder, only: frozenset[str] | None = None) -> judge.Prepared:
+    """What the grader and the probe child do, in this process: prepare, run the probes (of the tests `only`
+    names, where given); not yet judged."""
+    prepared = judge.prepare(notebook, folder / "job", only)
     request = probe_runner.load_request(str(prepared.folder))
     probe_runner.prepare_output(str(prepared.folder), None)
     # the grader's own limit per probe: 06's training probes take seconds, more on a loaded machine
@@ -221,7 +222,7 @@ def course_as_learner(notebook: str) -> dict:
 
 
 def verdict_of(notebook: str, grade_id: str, namespace: dict, folder) -> dict:
-    return judge.verdicts(run(notebook, namespace, folder))[grade_id]
+    return judge.verdicts(run(notebook, namespace, folder, frozenset({grade_id})))[grade_id]
 
 
 PADDED_N_CTX = (  # PaddedTransformer's refusal past n_ctx (KVCacheTransformer has the same line)
@@ -1003,7 +1004,7 @@ PARITY_MISTAKES = [
         "test_greedy_generate",
         "logits = model(tokens)  # [batch pos d_vocab]",
         "logits = model(tokens[:, -4:])  # [batch pos d_vocab]",
-        "ran the model on sequences of lengths [4, 4, 4",
+        ", 4, 4, 4",  # [4, 4, 4, ...], or [3, 4, 4, ...] from a prompt of 3
     ),
     (  # the hooks never removed
         "08_interpretability",
