@@ -293,7 +293,8 @@ MISTAKES = [
         "test_cached_generate",
         "next_token = logits[:, -1].argmax(dim=-1, keepdim=True)  # [batch 1]",
         "next_token = logits[:, 0].argmax(dim=-1, keepdim=True)  # [batch 1]",
-        "differs from greedy decoding with full recomputes",
+        # a first prompt of one token makes position 0 the last one: then only the second call shows it
+        ("differs from greedy decoding with full recomputes", "wrong on a second call"),
     ),
     (  # no causal mask once there is a cache (one token at a time needs none; several new tokens do)
         "07_sampling_and_kv_cache",
@@ -1220,7 +1221,7 @@ def test_a_right_random_draw_passes_the_segment_rules_every_time():
 def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, cause, tmp_path):
     verdict = verdict_of(notebook, grade_id, course_with(notebook, old, new), tmp_path)
     assert not verdict["passed"]
-    assert cause in verdict["message"], verdict
+    assert any(c in verdict["message"] for c in ((cause,) if isinstance(cause, str) else cause)), verdict
 
 
 def test_the_judges_beam_cases_separate_every_named_beam_search_mistake():
