@@ -1005,7 +1005,7 @@ PARITY_MISTAKES = [
         "test_greedy_generate",
         "logits = model(tokens)  # [batch pos d_vocab]",
         "logits = model(tokens[:, -4:])  # [batch pos d_vocab]",
-        ", 4, 4, 4",  # [4, 4, 4, ...], or [3, 4, 4, ...] from a prompt of 3
+        ", 4, 4",  # [4, 4, 4, ...], or [3, 4, 4, ...] from a prompt of 3 (n_new is 3 or more)
     ),
     (  # the hooks never removed
         "08_interpretability",
