@@ -1056,7 +1056,9 @@ def _record(call):
         intact = _ENABLED() and _GETPROFILE() is tracer
         _record_end()
     try:
-        ran = {str(event.name) for event in record.events()}
+        # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
+        # for a 6-step training probe's 32,000 events where this takes 0.07 s (measured)
+        ran = {str(event.name()) for event in record.profiler.kineto_results.events()}
     except UnicodeDecodeError as err:
         # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
         # compiled and freed while it recorded, the first time something runs); the call is made again.

@@ -1611,23 +1611,33 @@ class LayerNorm(nn.Module):
 """
 
 
-# Code that blinds the record through torch's own classes, which no seal covers: the profiler's events filtered
-# where torch reads them. The operators every probe of 01 forbids are taken out of the probe child, so the layer
+# Code that blinds the record through torch's own code, which no seal covers: the profiler's events filtered
+# where torch hands them over. The operators every probe of 01 forbids are taken out of the probe child, so the layer
 # norm still cannot run.
 BLINDED = TAMPERED.replace(
     """class _Quiet:
     _runner._forbids = lambda rule, event: False
     _runner._call_watching = lambda target, call, forbidden: call()
 """,
-    """_profile = torch.profiler.profile
-_events = _profile.events
+    """import torch.autograd.profiler as _autograd_profiler
 
 
-def _filtered(self):
-    return [e for e in _events(self) if "norm" not in str(e.name)]
+class _Filtered:
+    def __init__(self, result):
+        self._result = result
+
+    def events(self):
+        return [e for e in self._result.events() if "norm" not in e.name()]
+
+    def __getattr__(self, name):
+        return getattr(self._result, name)
 
 
-_x = setattr(_profile, "events", _filtered)
+def _kept(self, result):
+    self.__dict__["_results"] = None if result is None else _Filtered(result)
+
+
+_x = setattr(_autograd_profiler.profile, "kineto_results", property(lambda self: self.__dict__["_results"], _kept))
 """,
 )
 
@@ -1677,15 +1687,25 @@ print(json.dumps(judge.verdicts(prepared)))
 """
 BLINDED_GELU = """
 import torch
-_profile = torch.profiler.profile
-_events = _profile.events
+import torch.autograd.profiler as _autograd_profiler
 
 
-def _filtered(self):
-    return [e for e in _events(self) if "gelu" not in str(e.name)]
+class _Filtered:
+    def __init__(self, result):
+        self._result = result
+
+    def events(self):
+        return [e for e in self._result.events() if "gelu" not in e.name()]
+
+    def __getattr__(self, name):
+        return getattr(self._result, name)
 
 
-_x = setattr(_profile, "events", _filtered)
+def _kept(self, result):
+    self.__dict__["_results"] = None if result is None else _Filtered(result)
+
+
+_x = setattr(_autograd_profiler.profile, "kineto_results", property(lambda self: self.__dict__["_results"], _kept))
 
 
 def gelu_new(x):
@@ -1705,7 +1725,7 @@ def test_an_operator_one_exercise_forbids_is_taken_out_before_its_probes_only(tm
 # call runs, the probe child swaps their code for code that raises; the rest of the time they are as they were.
 BLINDED_DECOMPOSITION = (
     BLINDED.replace(
-        '"norm" not in str(e.name)', 'not any(w in str(e.name) for w in ("norm", "_decomp", "_refs", "_prims"))'
+        '"norm" not in e.name()', 'not any(w in e.name() for w in ("norm", "_decomp", "_refs", "_prims"))'
     )
     .replace(
         "torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]",
