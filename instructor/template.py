@@ -130,6 +130,7 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
 
     from instructor.probe_runner import refuse_introspection, take_out_operators
 
+    started = time.monotonic()
     if probes is not None:
         import warnings
 
@@ -159,11 +160,17 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
                 print(f"{step['filename']}: {error}", file=sys.stderr)
                 if step["kind"] == "learner":
                     failed.append(error)
+    defined = time.monotonic()
     if probes is not None:
         # 30 s a probe: 08's patching probe runs the model once per layer and position under the record; 0.9 s
         # in-process, it passed 10 s once in a sandboxed batch on a busy machine
         limit = min(30.0, cell_timeout)
         run_probes(probes, ns, timeout=limit, deadline=deadline, take_out=True, phase=index, definitions=failed)
+    print(
+        f"phase {index}: operators out and definitions {defined - started:.2f} s, probes "
+        f"{time.monotonic() - defined:.2f} s",
+        file=sys.stderr,
+    )
 
 
 def _load_probes(folder: str | None, uid: int | None):
@@ -343,7 +350,7 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: st
     torch.set_num_threads(1)  # no thread pool in the template: children fork safely and size their own
     import einops  # noqa: F401
     import jaxtyping  # noqa: F401
-    import matplotlib  # noqa: F401 - not pyplot: a kernel picks its own backend
+    import matplotlib  # pyplot below for kernels under Agg only: elsewhere a kernel picks its own backend
 
     if probes_only:
         # What the record (torch's profiler) imports the first time it runs, some 800 modules: here, once, as
@@ -364,6 +371,13 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: st
     import transformer_lens  # noqa: F401
 
     import harness
+
+    if kernels:
+        # What most notebooks import first, once here rather than in every kernel (about 1 s each; 07's
+        # `transformers` model class 3.5 s): pyplot only where the backend is already chosen (the grader's Agg).
+        if os.environ.get("MPLBACKEND", "").lower() == "agg":
+            import matplotlib.pyplot  # noqa: F401
+        from transformers import GPT2LMHeadModel  # noqa: F401
 
     if solutions:
         _answers_from(solutions)
@@ -443,6 +457,7 @@ def _limit_memory(extra: int) -> None:
 def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
     """One job: the learner's definitions, then the judge's probes (`run_probe_plan`); its records to `result_fd`,
     its output to `log_fd`."""
+    started = time.monotonic()
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -475,6 +490,7 @@ def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int)
         close_fds_except((result_fd,))
         _limit_memory(memory)
     os.set_inheritable(result_fd, False)
+    print(f"set-up (inputs, earlier answers, confinement): {time.monotonic() - started:.2f} s", file=sys.stderr)
     os.environ.setdefault("MPLBACKEND", "Agg")
     # Before any learner code runs, no thread or process can start in this child or its phases (`run_probe_plan`;
     # the kernel refuses them for its uid): all the learner's code runs in one thread, where the judge's record looks.
