@@ -481,7 +481,7 @@ class Grader:
             folder.mkdir(parents=True, exist_ok=True)
             source = read_json(Path(self.args.solutions) / f"{item.notebook}.ipynb")
             try:
-                text = json.dumps(build_plan(source, read_json(item.path), item.notebook, self.names), indent=1)
+                text = json.dumps(build_plan(source, read_json(item.path), item.notebook), indent=1)
                 plan = json.loads(text)
             except Exception as err:  # noqa: BLE001 - RecursionError on a deep expression, ...: this notebook only
                 message = f"the judge could not plan this notebook ({type(err).__name__}: {str(err)[:200]})"
@@ -767,8 +767,8 @@ class Grader:
                         proc.ready = True
                         continue
                     if proc is server:
-                        if "event" in reply or reply.get("id") not in running_checks:
-                            continue  # what a probe child wrote on its channel: its outputs are files
+                        if reply.get("id") not in running_checks:
+                            continue
                         item = running_checks.pop(reply["id"])
                         item.probed = self._read_probed(item, reply)
                         self.remaining -= self._maybe_finish(item, finalize_queue)

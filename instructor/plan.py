@@ -256,7 +256,7 @@ def _norm(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
-def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -> dict:
+def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
     """The plan for one submitted notebook (JSON-serialisable)."""
     notes: list[str] = []
     src_cells = source_nb["cells"]
@@ -290,9 +290,8 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -
                 "uses": sorted(binds_and_uses(tree)[1]),
             }
         elif kind == "test":
-            tests[meta["grade_id"]] = {"index": index, "exercise": exercise, "points": float(meta.get("points", 0))}
-    test_texts = {_norm(cell_source(src_cells[t["index"]])) for t in tests.values()}
-    exercise_names = sorted({n for s in solutions.values() for n in s["names"]})
+            tests[meta["grade_id"]] = index
+    test_texts = {_norm(cell_source(src_cells[t])) for t in tests.values()}
 
     # --- the learner's notebook: which cell is which
     learner_for = {}  # exercise grade_id -> learner cell index
@@ -307,7 +306,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -
             learner_for[grade_id] = index  # the last one wins, as in nbgrader
             mapped[index] = solutions[grade_id]["index"]
         elif grade_id in tests or _norm(cell_source(cell)) in test_texts:
-            mapped[index] = tests[grade_id]["index"] if grade_id in tests else None
+            mapped[index] = tests.get(grade_id)
         elif _norm(cell_source(cell)) in given_by_text:
             mapped[index] = given_by_text[_norm(cell_source(cell))]
     for ex, sol in solutions.items():
@@ -397,23 +396,6 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -
             ex = nbgrader_meta(cell)["grade_id"]
             if ex in learner_for:
                 steps.append(learner_step(learner_for[ex], ex))
-        elif kind == "test":
-            grade_id = nbgrader_meta(cell)["grade_id"]
-            text = ipython_to_python(cell_source(cell))
-            _, uses = binds_and_uses(ast.parse(text))
-            steps.append(
-                {
-                    "kind": "test",
-                    "cell": index,
-                    "grade_id": grade_id,
-                    "code": text,
-                    "filename": f"<test {name} {grade_id}>",
-                    "exercise": tests[grade_id]["exercise"],
-                    "points": tests[grade_id]["points"],
-                    "uses": sorted(uses),
-                    "exercise_names": sorted(uses & set(exercise_names)),
-                }
-            )
         for anchor_index, learner_index in added:
             if anchor_index == index:
                 steps.append(learner_step(learner_index, None))
@@ -423,12 +405,9 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str, order: list[str]) -
 
     return {
         "notebook": name,
-        "order": order,
         "steps": steps,
-        "tests": tests,
         "solutions": {
             k: {"names": v["names"], "uses": v["uses"], "found": k in learner_for} for k, v in solutions.items()
         },
-        "exercise_names": exercise_names,
         "notes": notes,
     }

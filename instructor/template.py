@@ -82,7 +82,7 @@ def probe_steps(steps: list[dict]) -> list[dict]:
     return kept[::-1]
 
 
-def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float, probes) -> None:
+def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, probes) -> None:
     """The learner's definitions and the given cells they need, statement by statement (a statement that fails,
     such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes.
 
@@ -121,7 +121,6 @@ def run_probe_plan(plan: dict, out, cell_timeout: float, notebook_timeout: float
                 finally:
                     os._exit(0)
             os.waitpid(pid, 0)
-    out.write(json.dumps({"type": "done"}) + "\n")
 
 
 def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, deadline: float) -> None:
@@ -217,7 +216,6 @@ def _fed_probes(folder: str, uid: int | None):
 
 
 # ---------------------------------------------------------------------- template (fork server)
-MAX_RECORD_LINE = 1 << 20  # one record a child writes, as a JSON line; the course's are a few kB at most
 _ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `component` cells, read before any fork
 
 
@@ -454,9 +452,9 @@ def _limit_memory(extra: int) -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int) -> None:
-    """One job: the learner's definitions, then the judge's probes (`run_probe_plan`); its records to `result_fd`,
-    its output to `log_fd`."""
+def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
+    """One job: the learner's definitions, then the judge's probes (`run_probe_plan`), its output to `log_fd`. It
+    says nothing else: the probes' outputs are files, and the template reports its end."""
     started = time.monotonic()
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -481,22 +479,20 @@ def _probe_child(job: dict, confinement, slot: int, result_fd: int, log_fd: int)
         elif os.path.isdir(solutions):  # a probe template's child reads the earlier notebooks' answers only
             _answers_from(solutions, before=plan.get("notebook") or "")
         fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
-        confinement.enter(slot, memory, keep=(result_fd, *fed))
+        confinement.enter(slot, memory, keep=fed)
         if not confinement.cgroup_dir:
             _limit_memory(memory)
     else:
         from instructor.sandbox import close_fds_except
 
-        close_fds_except((result_fd,))
+        close_fds_except(())
         _limit_memory(memory)
-    os.set_inheritable(result_fd, False)
     print(f"set-up (inputs, earlier answers, confinement): {time.monotonic() - started:.2f} s", file=sys.stderr)
     os.environ.setdefault("MPLBACKEND", "Agg")
     # Before any learner code runs, no thread or process can start in this child or its phases (`run_probe_plan`;
     # the kernel refuses them for its uid): all the learner's code runs in one thread, where the judge's record looks.
-    out = os.fdopen(result_fd, "w", buffering=1, encoding="utf-8")
     job.clear()
-    run_probe_plan(plan, out, plan["_cell_timeout"], plan["_notebook_timeout"], probes)
+    run_probe_plan(plan, plan["_cell_timeout"], plan["_notebook_timeout"], probes)
 
 
 def _kernel_child(request: dict, confinement, slot: int) -> None:
@@ -554,8 +550,8 @@ def serve(
 ) -> int:
     """The template: probe jobs from stdin (JSON lines), and kernels for instructor.kernel_launcher.
 
-    Replies on stdout: {"ready"}, {"id", "event"} for each record a probe child writes, and {"id", "status",
-    "returncode", "wall", "log"} when it has ended and everything it started is gone.
+    Replies on stdout: {"ready"}, and {"id", "status", "returncode", "wall", "log"} when a probe child has ended
+    and everything it started is gone.
 
     Sandboxed, it first forks the probe templates (`probes_only`: their kind; the same loop, in a mount namespace
     without the oracles); each job goes to one (`probe_template_for`), which forks its `_probe_child`, and its
@@ -612,7 +608,7 @@ def serve(
     kernels: dict[int, socket.socket] = {}  # kernel pid -> its launcher's connection
     slots: dict[int, int] = {}  # child pid -> its confinement slot
     pending: dict[socket.socket, bytes] = {}  # launcher connections whose request is still coming
-    streams: dict[int, tuple[int, str]] = {}  # read end of a probe child's pipe -> (pid, "result" or "log")
+    streams: dict[int, int] = {}  # read end of a probe child's output pipe -> its pid
     buffer = b""
     closed = False
 
@@ -642,9 +638,8 @@ def serve(
         return pid
 
     def drain(stream: int) -> bool:
-        """Forward what a probe child wrote; False at its end."""
-        pid, kind = streams[stream]
-        info = children.get(pid)
+        """Keep the first 256 kB of what a probe child writes (its log); False at its end."""
+        info = children.get(streams[stream])
         try:
             data = os.read(stream, 1 << 20)
         except OSError:
@@ -653,29 +648,8 @@ def serve(
             os.close(stream)
             del streams[stream]
             return False
-        if info is None:
-            return True
-        if kind == "log":
-            if len(info["log"]) < (256 << 10):
-                info["log"] += data
-            return True
-        info["partial"] += data
-        if len(info["partial"]) > MAX_RECORD_LINE and b"\n" not in info["partial"]:
-            # a line longer than any record: kept it would grow this template's memory without bound (a child
-            # wrote 400 MB without a newline and took the template to 2.3 GB)
-            info["partial"] = b""
-            if not closed:
-                event = {"type": "garbled", "text": f"a line of over {MAX_RECORD_LINE} bytes, dropped"}
-                out.write(json.dumps({"id": info["id"], "event": event}) + "\n")
-            return True
-        while b"\n" in info["partial"]:
-            line, info["partial"] = info["partial"].split(b"\n", 1)
-            if line.strip() and not closed:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    event = {"type": "garbled", "text": line[:200].decode(errors="replace")}
-                out.write(json.dumps({"id": info["id"], "event": event}) + "\n")
+        if info is not None and len(info["log"]) < (256 << 10):
+            info["log"] += data
         return True
 
     while not closed or children or kernels:
@@ -771,20 +745,16 @@ def serve(
                 except OSError:
                     pass  # gone: the job runs in a child of this template, as without a sandbox
             beside = bool(sandboxed and job.get("probes") and not probes_only)
-            result_r, result_w = os.pipe()
             log_r, log_w = os.pipe()
-            pid = fork(_probe_child, job, keep=(result_w, log_w))
-            os.close(result_w)
+            pid = fork(_probe_child, job, keep=(log_w,))
             os.close(log_w)
-            streams[result_r] = (pid, "result")
-            streams[log_r] = (pid, "log")
+            streams[log_r] = pid
             children[pid] = {
                 "id": job["id"],
                 "start": time.monotonic(),
                 "killed": False,
                 "deadline": time.monotonic() + job["notebook_timeout"] + 30,
                 "log": b"",
-                "partial": b"",
                 "status": None,
                 "beside": beside,  # probes that should have gone to a probe template
             }
@@ -811,11 +781,11 @@ def serve(
             if pid in children:
                 children[pid]["status"] = status
                 children[pid]["ended"] = time.monotonic()
-        # a probe child is reported once it has exited and its pipes are drained
+        # a probe child is reported once it has exited and its pipe is drained
         for pid, info in list(children.items()):
             if info["status"] is None:
                 continue
-            left = [s for s, (p, _) in streams.items() if p == pid]
+            left = [s for s, p in streams.items() if p == pid]
             if left and time.monotonic() - info["ended"] < 5:
                 continue  # still draining (a process it left behind may hold the pipe: 5 s, then no more)
             for stream in left:

@@ -816,7 +816,7 @@ def test_honest_code_is_never_refused_by_what_it_names():
     nb["cells"].insert(index_of(nb, "layernorm"), code_cell(helper))
     text = cell_source(nb["cells"][index_of(nb, "layernorm")])
     set_source(nb, "layernorm", "from transformer_lens import HookedTransformer\n" + text)
-    plan = build_plan(sol, nb, LN, notebook_names())
+    plan = build_plan(sol, nb, LN)
     steps = [s for s in plan["steps"] if s["kind"] == "learner"]
     assert "import sys" in steps[0]["code"] and "import inspect" in steps[0]["code"], steps[0]
     assert "HookedTransformer" in steps[1]["code"] and not steps[1].get("error"), steps[1]
@@ -855,7 +855,7 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
 
 def test_plan_finds_exercises_and_tests():
     sol = solution(LN)
-    plan = build_plan(sol, sol, LN, notebook_names())
+    plan = build_plan(sol, sol, LN)
     kinds = [s["kind"] for s in plan["steps"]]
     assert "learner" in kinds and "test" in kinds
     assert plan["solutions"]["layernorm"]["found"]
@@ -865,7 +865,7 @@ def test_the_probe_process_runs_the_learners_definitions_and_the_given_cells_the
     from instructor.template import probe_steps
 
     sol = solution("07_sampling_and_kv_cache")
-    plan = build_plan(sol, sol, "07_sampling_and_kv_cache", notebook_names())
+    plan = build_plan(sol, sol, "07_sampling_and_kv_cache")
     steps = probe_steps(plan["steps"])
     assert {s["kind"] for s in steps} == {"given", "learner"}
     assert len([s for s in steps if s["kind"] == "learner"]) == len(plan["solutions"])
@@ -1133,7 +1133,7 @@ def test_plan_survives_an_expression_too_deep_for_the_parser():
     sol = solution(LN)
     nb = copy.deepcopy(sol)
     nb["cells"].insert(1, code_cell("x = " + "-" * 100000 + "1"))
-    plan = build_plan(sol, nb, LN, notebook_names())
+    plan = build_plan(sol, nb, LN)
     assert any("could not be parsed" in (s.get("error") or "") for s in plan["steps"])
 
 
