@@ -765,6 +765,8 @@ class Grader:
                         break
                     if reply.get("ready"):
                         proc.ready = True
+                        if proc is server:
+                            self.say(f"the sandbox's template is ready ({time.monotonic() - proc.started:.1f} s)")
                         continue
                     if proc is server:
                         if reply.get("id") not in running_checks:

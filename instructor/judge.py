@@ -193,38 +193,39 @@ def _lr(phase: str, no_decay: bool = False) -> Probe:
 # Operators an exercise may not reach while the judge runs it, by any name (the profiler in the probe runner
 # records them at the dispatcher: `F.layer_norm`, `torch.native_layer_norm` and `torch.ops.aten.native_layer_norm`
 # all run aten::native_layer_norm). notebook -> {target, or "*" for all of its probes: operator names or prefixes}.
-# Each a pattern (`*` anywhere) over the whole family of an operator: a layer norm computed through a batch norm's
-# kernel (`aten::_batch_norm_with_update` on one row per position) scored full marks while only the names a learner
-# would write were listed.
+# Each a pattern (`*` anywhere) over the whole family of an operator, in every namespace: a layer norm computed
+# through a batch norm's kernel (`aten::_batch_norm_with_update` on one row per position) scored full marks while
+# only the names a learner would write were listed, and `quantized::layer_norm` on a quantized tensor while only
+# `aten::` was ruled on.
 _NORMS = (
-    "aten::*layer_norm*",
-    "aten::*group_norm*",
-    "aten::*batch_norm*",
-    "aten::*instance_norm*",
-    "aten::*rms_norm*",
+    "*::*layer_norm*",
+    "*::*group_norm*",
+    "*::*batch_norm*",
+    "*::*instance_norm*",
+    "*::*rms_norm*",
 )
 _ATTENTION = (
-    "aten::*scaled_dot_product*",
-    "aten::*multi_head_attention*",
-    "aten::*flash_attention*",
-    "aten::*efficient_attention*",
-    "aten::*cudnn_attention*",
-    "aten::_fused_sdp_choice",
-    "aten::_transformer_encoder_layer_fwd",
+    "*::*scaled_dot_product*",
+    "*::*multi_head_attention*",
+    "*::*flash_attention*",
+    "*::*efficient_attention*",
+    "*::*cudnn_attention*",
+    "*::_fused_sdp_choice",
+    "*::_transformer_encoder_layer_fwd",
 )
 # F.cross_entropy, nn.CrossEntropyLoss and F.nll_loss (cross-entropy's second half) all reach these; so do a KL
 # divergence against one-hot targets, a binary cross-entropy over one-hot targets and `Categorical.log_prob`. Every
 # loss torch has is refused, not only these: a CTC loss over one time step is a cross-entropy too (it scored full
 # marks while only the cross-entropy family was listed), and so is an adaptive softmax with one cluster.
 _CROSS_ENTROPY = (
-    "aten::*loss*",
-    "aten::kl_div*",
-    "aten::binary_cross_entropy*",
+    "*::*loss*",
+    "*::kl_div*",
+    "*::binary_cross_entropy*",
     "py:torch/distributions/",
     "py:torch/nn/modules/loss.py",
     "py:torch/nn/modules/adaptive.py",
 )
-_MHA = ("aten::_native_multi_head_attention", "py:torch/nn/functional.py:multi_head_attention_forward")
+_MHA = ("*::_native_multi_head_attention", "py:torch/nn/functional.py:multi_head_attention_forward")
 # The course's oracles: no exercise's probe may run their code (`py:` rules match a Python function's file). The
 # harness is one too: its checks hold independent answers (a beam search, a training loop, a sampler). Learner code
 # may run only the harness's plain parts: `Config`, the tokenizer and `components` (whose code, compiled from the
@@ -285,7 +286,7 @@ ORACLES = ("py:transformer_lens/", "py:transformers/", *HARNESS_ORACLES, *TORCH_
 FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "01_layernorm": {"*": _NORMS},
     "03_attention": {"*": _ATTENTION + _MHA},
-    "04_mlp_and_block": {"gelu_new": ("aten::gelu*",)},  # "without F.gelu", says the exercise
+    "04_mlp_and_block": {"gelu_new": ("*::gelu*",)},  # "without F.gelu", says the exercise
     "05_full_gpt2": {"cross_entropy_loss": _CROSS_ENTROPY},  # "without F.cross_entropy"
     "09_encoder_decoder": {"*": ("py:torch/nn/modules/transformer.py", *_MHA)},
 }

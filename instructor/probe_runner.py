@@ -1123,7 +1123,7 @@ def phases(request: dict) -> list[list[str]]:
     One group where every probe forbids the same (all but 04 and 05); at most MAX_PHASES."""
     groups: dict[frozenset, list[str]] = {}
     for probe in request["probes"]:
-        groups.setdefault(_aten_rules(probe), []).append(probe["name"])
+        groups.setdefault(_operator_rules(probe), []).append(probe["name"])
     ordered = [groups[key] for key in sorted(groups, key=len)]
     while len(ordered) > MAX_PHASES:  # never for the course's notebooks: the last ones share a process
         ordered[-2:] = [ordered[-2] + ordered[-1]]
@@ -1146,7 +1146,7 @@ def run_probes(
     outputs, errors = {}, {}
     previous = signal.getsignal(signal.SIGALRM)
     probes = list(request["probes"])
-    sets = [_aten_rules(probe) for probe in probes]
+    sets = [_operator_rules(probe) for probe in probes]
     taken = _common_rules(sets) if take_out else frozenset()
     withdraw = retire = None
     if take_out:
@@ -1380,6 +1380,7 @@ def _dispatch_tools():
         c._dispatch_has_kernel_for_dispatch_key,
         ctypes.pythonapi.Py_IncRef,
         ctypes.py_object,
+        tuple(c.DispatchKey.__members__),
     )
 
 
@@ -1388,8 +1389,9 @@ _MODES = _mode_stacks()
 _DUMPS = json.dumps
 
 
-def _aten_rules(probe: dict) -> frozenset:
-    return frozenset(rule for rule in probe.get("forbidden_ops", ()) if rule.startswith("aten::"))
+def _operator_rules(probe: dict) -> frozenset:
+    """A probe's rules on operators (`NAMESPACE::NAME` patterns), not on Python functions (`py:`)."""
+    return frozenset(rule for rule in probe.get("forbidden_ops", ()) if not rule.startswith("py:"))
 
 
 def _common_rules(sets: list) -> frozenset:
@@ -1398,10 +1400,13 @@ def _common_rules(sets: list) -> frozenset:
 
 
 def _take_out(rules) -> list[str]:
-    """Every operator under `rules` gets a kernel that raises, at each dispatch key that computes it, through a
-    library handle kept alive with no Python reference to it. Returns what was taken out."""
-    library, all_ops, has_kernel, incref, py_object = _DISPATCH
-    handle = library("IMPL", "aten", "", "<the judge's probe child>", 0)
+    """Every operator under `rules`, in every namespace (`aten::`, and `quantized::`, `onednn::`... whose
+    kernels compute the same: `quantized::layer_norm` on a quantized tensor scored full marks in 01 while only
+    `aten::` was taken out), gets a kernel that raises at every dispatch key that has one (CPU, QuantizedCPU,
+    the composite keys...), through library handles kept alive with no Python reference to them. Returns what was
+    taken out."""
+    library, all_ops, has_kernel, incref, py_object, keys = _DISPATCH
+    handles: dict = {}
     taken = []
 
     def refusing(name: str):
@@ -1414,13 +1419,22 @@ def _take_out(rules) -> list[str]:
         return refused
 
     for full in all_ops():
-        if not full.startswith("aten::") or not any(_forbids(rule, full.split(".")[0]) for rule in rules):
+        namespace, _, overload = full.partition("::")
+        name = full.split(".")[0]
+        if not any(_forbids(rule, name) for rule in rules):
             continue
-        for key in ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
-            if has_kernel(full, key):
-                handle.impl(full[len("aten::") :], key, refusing(full.split(".")[0]), False)
-                taken.append(f"{full} ({key})")
-    incref(py_object(handle))  # alive for good, and out of reach once this returns
+        for key in keys:
+            try:
+                if not has_kernel(full, key):
+                    continue
+                if namespace not in handles:
+                    handles[namespace] = library("IMPL", namespace, "", "<the judge's probe child>", 0)
+                handles[namespace].impl(overload, key, refusing(name), False)
+            except (RuntimeError, ValueError):  # a key that takes no kernel from Python (BackendSelect...)
+                continue
+            taken.append(f"{full} ({key})")
+    for handle in handles.values():
+        incref(py_object(handle))  # alive for good, and out of reach once this returns
     return taken
 
 
@@ -1430,7 +1444,7 @@ def take_out_operators(request: dict) -> list[str]:
     so the operator cannot run here whatever learner code does to the record. Those that only some probes forbid
     (04's GELU, 05's cross-entropy) are taken out by `run_probes(take_out=True)` before the first probe that
     forbids them, once the probes that may use them have run. Returns the operators taken out."""
-    common = _common_rules([_aten_rules(probe) for probe in request["probes"]])
+    common = _common_rules([_operator_rules(probe) for probe in request["probes"]])
     return _take_out(common) if common else []
 
 

@@ -586,12 +586,14 @@ def serve(
             os.unlink(kernel_socket + ".tmp")
         listener.bind(kernel_socket + ".tmp")
         listener.listen(16)
-    preload(kernels=listener is not None, solutions=solutions, probes_only=probes_only)
-    for kind in list(templates):
-        if (ready := _await_ready(templates[kind])) is None:
-            del templates[kind]
-        else:
-            templates[kind] = ready | {"lines": b""}
+    if probes_only:
+        # The main template imports the same libraries at the same time, and kernels wait for it, not for this:
+        # probe jobs queue in this template's pipe until it reads them (a job arrives once a core is free anyway).
+        _niced(preload, probes_only=probes_only)
+    else:
+        preload(kernels=listener is not None, solutions=solutions)
+    for template in templates.values():
+        template["lines"] = b""  # its "ready" comes later, in the loop; a template that stops is handled there
     if listener is not None:
         os.rename(kernel_socket + ".tmp", kernel_socket)  # launchers connect only once the template is warm
     out.write(json.dumps({"ready": True}) + "\n")
@@ -855,23 +857,20 @@ def _start_probe_template(kind: str, cgroup, extra_cgroups, scratch) -> dict | N
     return {"pid": pid, "to": to_w, "from": from_r}
 
 
-def _await_ready(template: dict, timeout: float = 240.0) -> dict | None:
-    """The probe template once it says it is ready; None (probes then run in children of the main template) if it ends
-    or is not ready in time."""
-    end, data = time.monotonic() + timeout, b""
-    while time.monotonic() < end:
-        if select.select([template["from"]], [], [], 1.0)[0]:
-            chunk = os.read(template["from"], 1 << 16)
-            if not chunk:
-                break
-            data += chunk
-            if b'"ready"' in data:
-                return template
-    print("the probe template did not start: the probes run in children of the main template", file=sys.stderr)
-    _kill(template["pid"])
-    for fd in (template["to"], template["from"]):
-        os.close(fd)
-    return None
+def _niced(function, **kwargs) -> None:
+    """`function(**kwargs)` at a lower CPU priority, then back to this process's own."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, before + 10)
+    except OSError:
+        pass
+    try:
+        function(**kwargs)
+    finally:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
+        except OSError:  # without the capability to raise it again: its probe children run niced too
+            print("the probe template stays at a lower CPU priority", file=sys.stderr)
 
 
 def _kill(pid: int) -> None:

@@ -1489,6 +1489,7 @@ LAYERNORM_BY_ANOTHER_NAME = {
     "a batch norm's kernel on one row per position": "torch.ops.aten._batch_norm_with_update(residual.reshape(1, -1, residual.shape[-1]), None, None, torch.zeros(residual.shape[0] * residual.shape[1]), torch.ones(residual.shape[0] * residual.shape[1]), 0.0, self.cfg.layer_norm_eps)[0].reshape(residual.shape) * self.w + self.b",
     "torch's reference implementation": "__import__('torch._refs')._refs.native_layer_norm(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "torch's decomposition table": "__import__('torch._decomp')._decomp.decomposition_table[torch.ops.aten.native_layer_norm.default](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
+    "a quantized tensor's layer norm (another namespace)": "torch.ops.quantized.layer_norm(torch.quantize_per_tensor(residual.detach(), float(residual.abs().max()) / 2**30, 0, torch.qint32), [self.cfg.d_model], self.w.detach(), self.b.detach(), self.cfg.layer_norm_eps, 64.0 / 2**30, 0).dequantize()",
     "TransformerLens's own LayerNorm": "__import__('transformer_lens').components.LayerNorm({'d_model': self.cfg.d_model, 'eps': self.cfg.layer_norm_eps, 'dtype': torch.float32, 'd_vocab': 1, 'n_ctx': 1, 'd_head': 1, 'n_layers': 1, 'act_fn': 'relu'})(residual) * self.w + self.b",
 }
 
@@ -1652,14 +1653,29 @@ def child_says(script: str, *args: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(tmp_path):
+@pytest.mark.parametrize("namespace", ["aten", "quantized"])
+def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(namespace, tmp_path):
+    code = BLINDED if namespace == "aten" else BLINDED.replace(NATIVE_LN, QUANTIZED_LN)
+
     def verdict(*extra):
-        return json.loads(child_says(SEALED_CHILD, str(tmp_path / f"job{len(extra)}"), BLINDED, *extra))
+        return json.loads(child_says(SEALED_CHILD, str(tmp_path / f"job{len(extra)}"), code, *extra))
 
     assert verdict()["passed"]  # the record alone is blinded: what the operators' removal is for
     taken = verdict("take out")
     assert not taken["passed"] and "took it out of the process" in taken["message"], taken
-    assert "layer_norm (whatever name reached it)" in taken["message"], taken  # the message names the operator
+    # the message names the operator, in its own namespace
+    assert f"{namespace}::layer_norm (whatever name reached it)" in taken["message"] or (
+        namespace == "aten" and "layer_norm (whatever name reached it)" in taken["message"]
+    ), taken
+
+
+NATIVE_LN = "torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]"
+# A layer norm in another operator namespace: on a quantized tensor, to within 1e-6 of the float one
+QUANTIZED_LN = (
+    "torch.ops.quantized.layer_norm(torch.quantize_per_tensor(residual.detach(), float(residual.abs().max()) / 2**30, "
+    "0, torch.qint32), [self.cfg.d_model], self.w.detach(), self.b.detach(), self.cfg.layer_norm_eps, 64.0 / 2**30, "
+    "0).dequantize()"
+)
 
 
 # 04 forbids GELU's operator in gelu_new only (its MLP and block may use it): the probes run from those that forbid
