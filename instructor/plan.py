@@ -35,6 +35,10 @@ def ipython_to_python(source: str) -> str:
     magic = re.match(r"%%(\w+)", first.strip())
     if magic and magic.group(1) in TRANSPARENT_CELL_MAGICS:
         return ipython_to_python(body)
+    written = re.fullmatch(r"%%writefile(\s+-a|\s+--append)?\s+(\S+)", first.strip())
+    if written:  # a helper module the notebook imports later: an assignment, so the probe child writes it too
+        mode = "a" if written.group(1) else "w"
+        return f"_ = open({written.group(2).strip(chr(34) + chr(39))!r}, {mode!r}, encoding='utf-8').write({body!r})\n"
     from IPython.core.inputtransformer2 import TransformerManager
 
     return TransformerManager().transform_cell(source)

@@ -1004,13 +1004,19 @@ def param_group_decay(groups, model):
     return decay
 
 
+def _under(path: str, filename: str) -> bool:
+    """Whether `filename` (absolute, or as the profiler shows it: `torch/nn/functional.py`) is the file `path` or
+    lies in it, from a whole folder name on: `functorch/` is not `torch/_functorch/`."""
+    return filename.startswith(path) or f"/{path}" in filename
+
+
 def _forbids(rule: str, event: str) -> bool:
     """Whether a profiler event (`aten::native_layer_norm`, or `torch/nn/functional.py(6637): multi_head_...` for
     a Python function) falls under a rule: an operator name, a pattern with `*` anywhere, or `py:FILE[:FUNCTION]`."""
     if rule.startswith("py:"):
         where, sep, function = event.partition("): ")
         path, _, name = rule[3:].partition(":")
-        return bool(sep) and path in where and (not name or function == name)
+        return bool(sep) and _under(path, where) and (not name or function == name)
     if "*" in rule:
         parts = rule.split("*")
         if not (event.startswith(parts[0]) and event.endswith(parts[-1])) or len(event) < len(rule) - len(parts) + 1:
@@ -1472,7 +1478,7 @@ def _python_out(rules) -> tuple:
 
     def rules_for(filename: str) -> tuple:
         if filename not in state["files"]:
-            state["files"][filename] = tuple(rule for rule, (path, _) in parts.items() if path in filename)
+            state["files"][filename] = tuple(rule for rule, (path, _) in parts.items() if _under(path, filename))
         return state["files"][filename]
 
     def index() -> dict:

@@ -409,6 +409,9 @@ class Confinement:
             os.chown(home, uid, uid)
         os.chdir(home)
         os.environ.update(HOME=home, TMPDIR=home, MPLCONFIGDIR=home, USER="learner")
+        import tempfile
+
+        tempfile.tempdir = None  # the template's choice, made before the fork, is not this child's (torch.compile)
         os.umask(0o077)
         os.setgroups([])
         os.setresgid(uid, uid, uid)

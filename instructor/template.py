@@ -21,7 +21,9 @@ import linecache
 import os
 import resource
 import select
+import shutil
 import signal
+import stat
 import sys
 import time
 import traceback
@@ -82,7 +84,7 @@ def probe_steps(steps: list[dict]) -> list[dict]:
     return kept[::-1]
 
 
-def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, probes) -> None:
+def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, probes, writable=()) -> None:
     """The learner's definitions and the given cells they need, statement by statement (a statement that fails,
     such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes.
 
@@ -90,8 +92,10 @@ def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, pro
     the cross-entropy family) run in phases (`probe_runner.phases`), each in a process of its own forked from this
     one, which never runs learner code: the phase's operators are taken out before the definitions run there, so
     no learner statement ever runs where an operator its exercise forbids is present (a GELU table computed by a
-    definition, before GELU was taken out for gelu_new's probe, scored full marks). Without phases, this process
-    runs the one phase itself."""
+    definition, before GELU was taken out for gelu_new's probe, scored full marks). Nothing a phase leaves on disk
+    reaches the next: once it has ended, its outputs are kept here and everything in `writable` (the child's home
+    and `/dev/shm`, sandboxed) and in the outputs' folder is removed (a GELU table saved to a file by the MLP's
+    phase and read by gelu_new's scored full marks). Without phases, this process runs the one phase itself."""
     from instructor.probe_runner import OUT_DIR, no_new_tasks, phase_files, phases, sealed_run_probes
 
     run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
@@ -102,16 +106,11 @@ def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, pro
         no_new_tasks()
         _run_phase(plan, probes, 0, run_probes, cell_timeout, deadline)
     else:
+        out_dir = os.path.join(probes["folder"], OUT_DIR)
+        kept: dict[str, bytes] = {}
         for index, names in enumerate(groups):
-            # what an earlier phase wrote where this one writes is gone before this one starts (no process of an
-            # earlier phase is left: none can start another)
-            for name in phase_files(index):
-                try:
-                    os.unlink(os.path.join(probes["folder"], OUT_DIR, name))
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    print(f"phase {index}: {name} could not be cleared: {err}", file=sys.stderr)
+            # no process of an earlier phase is left (none can start another): what it wrote is all on disk
+            _clear([*writable, out_dir])
             pid = os.fork()
             if pid == 0:
                 try:
@@ -121,6 +120,50 @@ def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, pro
                 finally:
                     os._exit(0)
             os.waitpid(pid, 0)
+            kept |= _read_files(out_dir, phase_files(index))
+        _clear([*writable, out_dir])
+        for name, data in kept.items():
+            fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+
+
+def _read_files(folder: str, names, limit: int = 64 << 20) -> dict[str, bytes]:
+    """The regular files among `names` in `folder`, read without following a link (at most `limit` bytes each)."""
+    found = {}
+    for name in names:
+        try:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                found[name] = f.read(limit)
+    return found
+
+
+def _clear(folders) -> None:
+    """Everything in `folders` removed, whatever its permissions (the child's own files: it may change them)."""
+
+    def writable_again(function, path, _):
+        os.chmod(os.path.dirname(path), 0o700)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+        function(path)
+
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, onerror=writable_again)
+                else:
+                    os.unlink(entry.path)
+            except OSError as err:
+                print(f"between phases, {entry.path} could not be removed: {err}", file=sys.stderr)
 
 
 def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, deadline: float) -> None:
@@ -335,6 +378,67 @@ def hide_oracles(kind: str = "plain") -> None:
         _mount(libc, None, harness_dir, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4m,mode=0755")
 
 
+# TransformerLens's modules whose code answers 08's exercises: imported before their files are covered (a module
+# first imported later, from a covered file, would be empty)
+TL_ANSWER_MODULES = ("transformer_lens.patching", "transformer_lens.head_detector", "transformer_lens.evals")
+
+
+def cover_sources(kind: str) -> list[str]:
+    """In a probe template's mount namespace, once it has imported what its children use: the files whose code the
+    judge's rules forbid (`instructor.rules`) covered, so that no child can read their source or bytecode and
+    compile it afresh under another file name, which no `py:` rule would match (a red-team review ran torch's
+    `multi_head_attention_forward`, read from `torch/nn/functional.py` and compiled as `<attention helper>`, in 03's
+    attention: full marks). A folder that every probe is refused is covered whole by an empty one; a file that only
+    some are refused (`torch/nn/functional.py`, whose other functions everyone uses) or that lies in a package the
+    exercises use (`torch.distributions`; TransformerLens in 08's template) is covered with an empty file once its
+    module is in memory, where the code keeps running. Returns what was covered."""
+    import importlib
+    import importlib.util
+
+    from instructor.rules import FORBIDDEN_OPS, ORACLES, TL_EXERCISES, TORCH_INTERNAL_IMPLEMENTATIONS
+    from instructor.sandbox import _MS_BIND, _MS_RDONLY, _MS_REMOUNT, _libc, _mount, cover
+
+    rules = {*ORACLES, *(r for table in FORBIDDEN_OPS.values() for group in table.values() for r in group)}
+    hidden = PROBE_TEMPLATES[kind]["hidden"]
+    if kind == "transformer_lens":
+        rules |= {r for group in TL_EXERCISES.values() for r in group}
+        for name in TL_ANSWER_MODULES:
+            importlib.import_module(name)
+    paths = {rule[3:].partition(":")[0] for rule in rules if rule.startswith("py:") and not rule.startswith("py:<")}
+    # harness's checks are not in a probe template at all; `transformers` holds no answer of 08's (in its template,
+    # where TransformerLens needs it); the others' hidden packages are empty folders already
+    skip = ("harness/", "transformers/", *(f"{name}/" for name in hidden))
+    paths = {p for p in paths if not p.startswith(skip)}
+    whole = {rule[3:] for rule in TORCH_INTERNAL_IMPLEMENTATIONS if rule.endswith("/")}
+    roots = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+    loaded = {os.path.realpath(m.__file__) for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    libc = _libc()
+    empty = os.path.join("/tmp", ".covered-by-the-judge")
+    with open(empty, "w", encoding="utf-8"):
+        pass
+    os.chmod(empty, 0o444)
+    covered = []
+    for path in sorted(paths):
+        for root in roots:
+            full = os.path.realpath(os.path.join(root, path))
+            if path in whole and os.path.isdir(full):
+                cover(libc, full)
+                covered.append(full)
+                continue
+            if os.path.isdir(full):
+                files = [os.path.join(d, f) for d, _, names in os.walk(full) for f in names if f.endswith(".py")]
+                files = [f for f in files if os.path.realpath(f) in loaded]  # what is not imported stays importable
+            else:
+                files = [full] if os.path.isfile(full) else []
+            for source in files:
+                compiled = [importlib.util.cache_from_source(source, optimization=o) for o in ("", 1, 2)]
+                for target in [source, *(c for c in compiled if os.path.isfile(c))]:
+                    _mount(libc, empty, target, None, _MS_BIND, None)
+                    _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+                    covered.append(target)
+    return covered
+
+
 def preload(kernels: bool = False, solutions: str | None = None, probes_only: str | None = None) -> None:
     """What every child starts with: torch, einops, jaxtyping, TransformerLens, harness, the reference model; in a
     probe template (`probes_only`: its kind), torch, einops, jaxtyping, safetensors and harness's plain parts only,
@@ -479,20 +583,23 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
         elif os.path.isdir(solutions):  # a probe template's child reads the earlier notebooks' answers only
             _answers_from(solutions, before=plan.get("notebook") or "")
         fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
-        confinement.enter(slot, memory, keep=fed)
+        home = confinement.enter(slot, memory, keep=fed)
+        writable = (home, "/dev/shm") if not confinement.private_tmp else (home,)  # /dev/shm is its own
         if not confinement.cgroup_dir:
             _limit_memory(memory)
     else:
         from instructor.sandbox import close_fds_except
 
         close_fds_except(())
+        writable = ()  # unsandboxed: its working directory is nobody's scratch
         _limit_memory(memory)
     print(f"set-up (inputs, earlier answers, confinement): {time.monotonic() - started:.2f} s", file=sys.stderr)
     os.environ.setdefault("MPLBACKEND", "Agg")
+    sys.path.insert(0, os.getcwd())  # as in the learner's kernel: a module the notebook writes there is found
     # Before any learner code runs, no thread or process can start in this child or its phases (`run_probe_plan`;
     # the kernel refuses them for its uid): all the learner's code runs in one thread, where the judge's record looks.
     job.clear()
-    run_probe_plan(plan, plan["_cell_timeout"], plan["_notebook_timeout"], probes)
+    run_probe_plan(plan, plan["_cell_timeout"], plan["_notebook_timeout"], probes, writable)
 
 
 def _kernel_child(request: dict, confinement, slot: int) -> None:
@@ -534,6 +641,9 @@ def _kernel_child(request: dict, confinement, slot: int) -> None:
     import torch
 
     torch.set_num_threads(int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    # as `python -m ipykernel_launcher` has it (the template runs isolated, without it): a module the notebook
+    # writes where it runs (`%%writefile helper.py`, then `import helper`) is found
+    sys.path.insert(0, os.getcwd())
     sys.argv = ["ipykernel_launcher", *args]
     from ipykernel.kernelapp import IPKernelApp
 
@@ -590,6 +700,8 @@ def serve(
         # The main template imports the same libraries at the same time, and kernels wait for it, not for this:
         # probe jobs queue in this template's pipe until it reads them (a job arrives once a core is free anyway).
         _niced(preload, probes_only=probes_only)
+        covered = cover_sources(probes_only)
+        print(f"the {probes_only} probe template covered {len(covered)} files and folders", file=sys.stderr)
     else:
         preload(kernels=listener is not None, solutions=solutions)
     for template in templates.values():
@@ -900,7 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
     preload()
     with open(args.plan, encoding="utf-8") as f:
         plan = json.load(f)
-    run_probe_plan(plan, sys.stdout, args.cell_timeout, args.notebook_timeout, _load_probes(args.probes, None))
+    run_probe_plan(plan, args.cell_timeout, args.notebook_timeout, _load_probes(args.probes, None))
     return 0
 
 

@@ -366,6 +366,25 @@ class PosEmbed(nn.Module):
         )
     )
     out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text), LN: set_source(ln(), "layernorm", ln_text)}
+    # ... a helper module written with %%writefile and imported, a sanity check with torch.testing.assert_close and
+    # a torch.vmap in the forward (a red-team review: the import failed in the kernel and the judge's child, the two
+    # others were refused as torch's internals)
+    ln_text = cell_source(solution(LN)["cells"][index_of(solution(LN), "layernorm")])
+    ln_text = "import torch.testing\nfrom ln_helper import centre\n\n" + ln_text.replace(
+        "centered = residual - residual.mean(dim=-1, keepdim=True)",
+        "centered = centre(residual)\n"
+        "        torch.testing.assert_close(centered.mean(-1), torch.zeros_like(centered.mean(-1)), atol=1e-3, rtol=0)",
+    ).replace(
+        "centered.pow(2).mean(dim=-1, keepdim=True)",
+        "torch.vmap(lambda row: row.pow(2).mean(dim=-1, keepdim=True))(centered)",
+    )
+    assert "centre(residual)" in ln_text and "torch.vmap" in ln_text
+    nb = set_source(ln(), "layernorm", ln_text)
+    nb["cells"].insert(
+        index_of(nb, "layernorm"),
+        code_cell("%%writefile ln_helper.py\n\n\ndef centre(x):\n    return x - x.mean(dim=-1, keepdim=True)\n"),
+    )
+    out["unusual_honest_2"] = {LN: nb}
     # ... a method added to its class in a later cell, with modules the static scan refused until it was retired
     nb = set_source(ln(), "layernorm", LATE_CLASS)
     out["late_method"] = {LN: insert_after(nb, "layernorm", LATE_METHOD)}
@@ -558,6 +577,7 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
         "global_hook": {LN: set_source(ln(), "layernorm", GLOBAL_HOOK)},
         "thread_forward": {LN: set_source(ln(), "layernorm", THREAD_FORWARD)},
         "forbidden_call": {LN: set_source(ln(), "layernorm", FORBIDDEN_CALL)},
+        "launder_source": {LN: set_source(ln(), "layernorm", LAUNDERED_SOURCE)},
     }
     # reads the solutions, kills the template, leaves a process to rewrite the grades, maps 3 GB of shared
     # memory, and has an expression too deep for the parser: the honest LayerNorm still gets full marks
@@ -574,12 +594,44 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
     return out
 
 
+LAUNDERED_SOURCE = """import ast
+
+import torch
+import torch._refs as _refs_module
+from torch import nn
+
+_source = open(_refs_module.__file__).read()
+
+
+def _extract(name):
+    node = next(n for n in ast.parse(_source).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    node.decorator_list = []
+    return ast.unparse(node) + "\\n"
+
+
+_helpers = dict(vars(_refs_module))
+_made = exec(compile(_extract("_normalize") + _extract("native_layer_norm"), "<norm helper>", "exec"), _helpers)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        return _helpers["native_layer_norm"](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]
+"""
 SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "forge_fd": "asked for out of turn",  # it wrote to every descriptor it found, the feeder's socket among them
     "function_mode": "differs from the course's LayerNorm",
     "global_hook": "differs from the course's LayerNorm",
     "thread_forward": "can't start new thread",
     "forbidden_call": "layer_norm (whatever name reached it)",
+    # torch's reference layer norm, read from its installed file and compiled under another name: the file is empty
+    # where the judge's probes run (a red-team review did this with multi_head_attention_forward in 03)
+    "launder_source": "'native_layer_norm'",
 }
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},
@@ -604,6 +656,7 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "zz_forker": "all",
     "harness_aware": {},
     "unusual_honest": "all",
+    "unusual_honest_2": "all",
     "late_method": "all",
 }
 TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
@@ -958,6 +1011,16 @@ try:
     harness.components(NOTEBOOK)
 except (FileNotFoundError, ValueError) as err:
     seen["own answers"] = str(err)
+import torch
+import torch._refs
+from instructor.template import cover_sources
+cover_sources(KIND)  # as the probe template does once it has imported what its children use
+functional, refs = torch.nn.functional.__file__, torch._refs.__file__
+seen["covered"] = {name: len(open(path).read()) for name, path in (("functional", functional), ("refs", refs))}
+seen["covered"]["_decomp"] = os.listdir(os.path.join(os.path.dirname(refs), "..", "_decomp"))
+if KIND == "transformer_lens":
+    import transformer_lens.patching
+    seen["covered"]["patching"] = len(open(transformer_lens.patching.__file__).read())
 print(json.dumps(seen))
 """
 
@@ -988,6 +1051,9 @@ def test_the_judges_probes_run_where_no_oracle_exists(kind, notebook):
         assert "HookedTransformer.py" in seen["transformer_lens"] and seen["transformers"], seen
     assert "not available while the judge runs your code" in seen["load_reference_gpt2"], seen
     assert seen["imported"] == [], seen
+    # the files of code the rules forbid read as empty (their modules, imported before, still run); a folder
+    # every probe is refused is empty
+    assert seen["covered"] == {"functional": 0, "refs": 0, "_decomp": [], **({"patching": 0} if kind != "plain" else {})}
     # a probe child reads the answers of the notebooks before its own, and no other (its own included)
     assert seen["answers"] == [n for n in notebook_names() if n < notebook], seen
     assert f"Unknown notebook '{notebook}'" in seen["own answers"], seen
@@ -1107,6 +1173,9 @@ def test_unusual_honest_code_gets_full_marks(graded):
     # its class's method set in a later cell, `import sys`, `inspect`, helpers made through exec and globals()
     rows = check_expected(graded, "late_method")
     assert not any(r["flags"] for r in rows), [r["flags"] for r in rows]
+    # a %%writefile helper module, torch.testing.assert_close, torch.vmap
+    rows = check_expected(graded, "unusual_honest_2")
+    assert [r["grade_id"] for r in rows] == ["test_layernorm"] and not rows[0]["flags"], rows
 
 
 def test_colliding_folders_are_both_graded_and_flagged(graded):

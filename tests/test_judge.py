@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.course import component_source, components, notebook_names
-from instructor import judge, probe_runner
+from instructor import judge, probe_runner, rules
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -1844,9 +1844,34 @@ code = "\\n\\n".join(component_source(name) for name in ("00_tour", "01_layernor
 code += "\\n\\n" + component_source("04_mlp_and_block").split("def gelu_new")[0] + sys.argv[2]
 code += "\\n\\nclass MLP" + component_source("04_mlp_and_block").split("class MLP", 1)[1]
 step = {"kind": "learner", "code": code, "filename": "<learner 04_mlp_and_block cell 9>", "uses": [], "binds": []}
-run_probe_plan({"steps": [step]}, sys.stderr, 30, 240, request)
+import os
+if len(sys.argv) > 3:  # a scratch folder of its own, as the sandbox's probe child has (its home)
+    os.chdir(sys.argv[3])
+run_probe_plan({"steps": [step]}, 30, 240, request, tuple(sys.argv[3:]))
 print(json.dumps(judge.verdicts(prepared)))
 """
+
+
+# The same table saved to a file by the MLP's phase, where GELU is still in, and read by gelu_new's (a red-team
+# review: full marks in a sandboxed batch). Nothing a phase leaves on disk reaches the next.
+GELU_FILE = GELU_TABLE.replace(
+    '_TABLE = torch.nn.functional.gelu(_GRID, approximate="tanh")  # runs when the cell is defined\n',
+    "import os as _os\n_PATH = _os.path.abspath('gelu_table.pt')\n\n\n"
+    "def _save():\n    try:\n        torch.save(torch.nn.functional.gelu(_GRID, approximate='tanh'), _PATH)\n"
+    "    except RuntimeError:  # GELU is out in gelu_new's phase: the MLP's phase saved it\n        pass\n\n\n"
+    "_saved = _save()\n",
+).replace("    y = _TABLE[i]", "    _TABLE = torch.load(_PATH)\n    y = _TABLE[i]")
+
+
+def test_a_file_left_by_one_phase_is_gone_in_the_next(tmp_path):
+    assert "torch.load(_PATH)" in GELU_FILE and "_saved = _save()" in GELU_FILE
+    scratch = tmp_path / "home"
+    scratch.mkdir()
+    verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), GELU_FILE, str(scratch)))
+    assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
+    assert not verdicts["test_gelu_new"]["passed"], verdicts
+    assert "No such file" in verdicts["test_gelu_new"]["message"], verdicts
+    assert not list(scratch.iterdir())  # and nothing is left behind
 
 
 def test_a_table_made_before_an_operator_is_taken_out_fails(tmp_path):
@@ -2044,8 +2069,8 @@ def test_every_call_an_exercise_text_forbids_has_a_rule_in_the_judge():
                 continue
             for call in re.findall(r"without `([\w.]+)`", text):
                 assert call in WITHOUT and WITHOUT[call][0] == name, (name, call)
-                rules = {r for target in judge.FORBIDDEN_OPS[name].values() for r in target}
-                assert any(_forbids(rule, WITHOUT[call][1]) for rule in rules), (name, call)
+                forbidden = {r for target in rules.FORBIDDEN_OPS[name].values() for r in target}
+                assert any(_forbids(rule, WITHOUT[call][1]) for rule in forbidden), (name, call)
                 seen.add(call)
     assert seen == set(WITHOUT)
 
