@@ -86,7 +86,6 @@ TORCH_INTERNAL_IMPLEMENTATIONS = (
                     "compile_utils.py",
                     "fx_minifier.py",
                     "python_key.py",
-                    "predispatch.py",
                     "_activation_checkpointing",
                     "_activation_offloading",
                     "top_operators_github_usage.py",
@@ -96,8 +95,7 @@ TORCH_INTERNAL_IMPLEMENTATIONS = (
             "torch/_higher_order_ops",
             "torch/nn/attention",
             "torch/_native",
-            "torch/_export",
-            "torch/export",
+            "torch/export/decomp_utils.py",  # not the rest of the exporters: `torch.vmap` runs torch._export's utils
             "torch/onnx",
             "torch/testing/_internal",  # the test suite's reference functions; `assert_close` stays allowed
             # the quantization toolkit's float reference modules: a multi-head attention written in Python over

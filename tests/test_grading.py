@@ -631,7 +631,7 @@ SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "forbidden_call": "layer_norm (whatever name reached it)",
     # torch's reference layer norm, read from its installed file and compiled under another name: the file is empty
     # where the judge's probes run (a red-team review did this with multi_head_attention_forward in 03)
-    "launder_source": "'native_layer_norm'",
+    "launder_source": "StopIteration",  # its definition found no function in the file, which is empty there
 }
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},
@@ -906,11 +906,11 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
     assert not tree.body and len(dropped) == 1
 
 
-def test_plan_finds_exercises_and_tests():
+def test_plan_finds_the_exercises_and_leaves_the_tests_out():
     sol = solution(LN)
     plan = build_plan(sol, sol, LN)
     kinds = [s["kind"] for s in plan["steps"]]
-    assert "learner" in kinds and "test" in kinds
+    assert "learner" in kinds and set(kinds) == {"given", "learner"}  # the judge's child runs no test cell
     assert plan["solutions"]["layernorm"]["found"]
 
 
