@@ -1273,9 +1273,9 @@ def _first_to_finish(rows: list[list[int]]) -> int:
     # is the id itself goes on emitting it: not forcing the finished rows to it went unseen on one draw in CI)
     for row in (rows[0], *rows[1:]):
         for step, token in enumerate(row[:3]):  # within the probe's 3 or more steps
-            if step >= 1 and first(row, token) == step and max(first(other, token) for other in rows) > step:
-                if step + 1 < len(row) and row[step + 1] != token:
-                    return token
+            finishes_first = step >= 1 and first(row, token) == step and max(first(o, token) for o in rows) > step
+            if finishes_first and step + 1 < len(row) and row[step + 1] != token:
+                return token
     return rows[0][1]
 
 
