@@ -138,6 +138,7 @@ def test_set_up_cell_without_a_repository_says_what_to_do(colab_like):
     assert "Set COURSE_REPO above to the repository's git URL" in result.stdout
 
 
+@pytest.mark.slow  # a fresh environment and an install of the course (about 90 s): opt-in, run by .ci/run
 def test_set_up_cell_installs_the_course_on_colab_and_a_check_runs(colab_like):
     tmp, python = colab_like
     result = _run(python, tmp, str(tmp / "origin"))

@@ -113,6 +113,7 @@ def _mean_loss(reference, windows) -> float:
         ) / len(windows)
 
 
+@pytest.mark.slow  # every window of Milton's verse through the reference (about 30 s): opt-in, run by .ci/run
 def test_offline_model_beats_the_bigram_on_verse_by_another_author(reference):
     """Milton (harness/out_of_domain/) is in no part of training: the shipped model must still beat a bigram fit on
     its training text, recomputed here, and agree with the figures recorded in metrics.json."""
