@@ -596,9 +596,7 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
 
 LAUNDERED_SOURCE = """import ast
 
-import torch
 import torch._refs as _refs_module
-from torch import nn
 
 _source = open(_refs_module.__file__).read()
 
@@ -611,18 +609,10 @@ def _extract(name):
 
 _helpers = dict(vars(_refs_module))
 _made = exec(compile(_extract("_normalize") + _extract("native_layer_norm"), "<norm helper>", "exec"), _helpers)
-
-
-class LayerNorm(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.w = nn.Parameter(torch.ones(cfg.d_model))
-        self.b = nn.Parameter(torch.zeros(cfg.d_model))
-
-    def forward(self, residual):
-        return _helpers["native_layer_norm"](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]
-"""
+""" + WRONG_LAYERNORM.replace(
+    "return residual * self.w + self.b  # no normalisation at all: wrong",
+    'return _helpers["native_layer_norm"](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]',
+)
 SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "forge_fd": "asked for out of turn",  # it wrote to every descriptor it found, the feeder's socket among them
     "function_mode": "differs from the course's LayerNorm",

@@ -1612,15 +1612,8 @@ class LayerNorm(nn.Module):
 """
 
 
-# Code that blinds the record through torch's own code, which no seal covers: the profiler's events filtered
-# where torch hands them over. The operators every probe of 01 forbids are taken out of the probe child, so the layer
-# norm still cannot run.
-BLINDED = TAMPERED.replace(
-    """class _Quiet:
-    _runner._forbids = lambda rule, event: False
-    _runner._call_watching = lambda target, call, forbidden: call()
-""",
-    """import torch.autograd.profiler as _autograd_profiler
+# The record blinded where torch hands the profiler's events over: those naming WORD are dropped.
+BLIND_THE_RECORD = """import torch.autograd.profiler as _autograd_profiler
 
 
 class _Filtered:
@@ -1628,7 +1621,7 @@ class _Filtered:
         self._result = result
 
     def events(self):
-        return [e for e in self._result.events() if "norm" not in e.name()]
+        return [e for e in self._result.events() if "WORD" not in e.name()]
 
     def __getattr__(self, name):
         return getattr(self._result, name)
@@ -1639,7 +1632,18 @@ def _kept(self, result):
 
 
 _x = setattr(_autograd_profiler.profile, "kineto_results", property(lambda self: self.__dict__["_results"], _kept))
+"""
+
+
+# Code that blinds the record through torch's own code, which no seal covers: the profiler's events filtered
+# where torch hands them over. The operators every probe of 01 forbids are taken out of the probe child, so the layer
+# norm still cannot run.
+BLINDED = TAMPERED.replace(
+    """class _Quiet:
+    _runner._forbids = lambda rule, event: False
+    _runner._call_watching = lambda target, call, forbidden: call()
 """,
+    BLIND_THE_RECORD.replace("WORD", "norm"),
 )
 
 
@@ -1701,28 +1705,7 @@ if os.fork() == 0:  # the probes in a child, as the sandbox's probe child runs t
 os.wait()
 print(json.dumps(judge.verdicts(prepared)))
 """
-BLINDED_GELU = """
-import torch
-import torch.autograd.profiler as _autograd_profiler
-
-
-class _Filtered:
-    def __init__(self, result):
-        self._result = result
-
-    def events(self):
-        return [e for e in self._result.events() if "gelu" not in e.name()]
-
-    def __getattr__(self, name):
-        return getattr(self._result, name)
-
-
-def _kept(self, result):
-    self.__dict__["_results"] = None if result is None else _Filtered(result)
-
-
-_x = setattr(_autograd_profiler.profile, "kineto_results", property(lambda self: self.__dict__["_results"], _kept))
-
+BLINDED_GELU = "\nimport torch\n" + BLIND_THE_RECORD.replace("WORD", "gelu") + """
 
 def gelu_new(x):
     return torch.nn.functional.gelu(x, approximate="tanh")
