@@ -378,11 +378,6 @@ def hide_oracles(kind: str = "plain") -> None:
         _mount(libc, None, harness_dir, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4m,mode=0755")
 
 
-# TransformerLens's modules whose code answers 08's exercises: imported before their files are covered (a module
-# first imported later, from a covered file, would be empty)
-TL_ANSWER_MODULES = ("transformer_lens.patching", "transformer_lens.head_detector", "transformer_lens.evals")
-
-
 def cover_sources(kind: str) -> list[str]:
     """In a probe template's mount namespace, once it has imported what its children use: the files whose code the
     judge's rules forbid (`instructor.rules`) covered, so that no child can read their source or bytecode and
@@ -390,8 +385,9 @@ def cover_sources(kind: str) -> list[str]:
     `multi_head_attention_forward`, read from `torch/nn/functional.py` and compiled as `<attention helper>`, in 03's
     attention: full marks). A folder that every probe is refused is covered whole by an empty one; a file that only
     some are refused (`torch/nn/functional.py`, whose other functions everyone uses) or that lies in a package the
-    exercises use (`torch.distributions`; TransformerLens in 08's template) is covered with an empty file once its
-    module is in memory, where the code keeps running. Returns what was covered."""
+    exercises use (`torch.distributions`; TransformerLens, every module of it imported first, in 08's template) is
+    covered with an empty file once its module is in memory, where the code keeps running. Returns what was
+    covered."""
     import importlib
     import importlib.util
 
@@ -402,8 +398,17 @@ def cover_sources(kind: str) -> list[str]:
     hidden = PROBE_TEMPLATES[kind]["hidden"]
     if kind == "transformer_lens":
         rules |= {r for group in TL_EXERCISES.values() for r in group}
-        for name in TL_ANSWER_MODULES:
-            importlib.import_module(name)
+        # every module of TransformerLens imported before its files are covered (a module first imported later,
+        # from a covered file, would be empty): 384 import here in 0.1 s beyond what `import transformer_lens` does
+        import pkgutil
+
+        import transformer_lens
+
+        for module in pkgutil.walk_packages(transformer_lens.__path__, "transformer_lens."):
+            try:
+                importlib.import_module(module.name)
+            except Exception:  # noqa: BLE001, S112 - one that cannot import here cannot be imported by a probe either
+                continue
     paths = {rule[3:].partition(":")[0] for rule in rules if rule.startswith("py:") and not rule.startswith("py:<")}
     # harness's checks are not in a probe template at all; `transformers` holds no answer of 08's (in its template,
     # where TransformerLens needs it); the others' hidden packages are empty folders already
