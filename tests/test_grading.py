@@ -366,11 +366,14 @@ class PosEmbed(nn.Module):
         )
     )
     out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text), LN: set_source(ln(), "layernorm", ln_text)}
-    # ... a helper module written with %%writefile and imported, a sanity check with torch.testing.assert_close and
+    # ... a helper module written with %%writefile and imported, a sanity check with torch.testing.assert_close,
     # a torch.vmap in the forward (a red-team review: the import failed in the kernel and the judge's child, the two
-    # others were refused as torch's internals)
+    # others were refused as torch's internals) and a scratch folder from tempfile (the template's /tmp before)
     ln_text = cell_source(solution(LN)["cells"][index_of(solution(LN), "layernorm")])
-    ln_text = "import torch.testing\nfrom ln_helper import centre\n\n" + ln_text.replace(
+    ln_text = (
+        "import os\nimport tempfile\n\nimport torch.testing\nfrom ln_helper import centre\n\n"
+        "_scratch = tempfile.mkdtemp(prefix='ln-')  # a scratch folder: in the child's own home\n\n"
+    ) + ln_text.replace("self.cfg = cfg", "self.cfg = cfg\n        assert os.path.isdir(_scratch)").replace(
         "centered = residual - residual.mean(dim=-1, keepdim=True)",
         "centered = centre(residual)\n"
         "        torch.testing.assert_close(centered.mean(-1), torch.zeros_like(centered.mean(-1)), atol=1e-3, rtol=0)",
@@ -378,7 +381,7 @@ class PosEmbed(nn.Module):
         "centered.pow(2).mean(dim=-1, keepdim=True)",
         "torch.vmap(lambda row: row.pow(2).mean(dim=-1, keepdim=True))(centered)",
     )
-    assert "centre(residual)" in ln_text and "torch.vmap" in ln_text
+    assert "centre(residual)" in ln_text and "torch.vmap" in ln_text and "isdir(_scratch)" in ln_text
     nb = set_source(ln(), "layernorm", ln_text)
     nb["cells"].insert(
         index_of(nb, "layernorm"),
@@ -1043,7 +1046,12 @@ def test_the_judges_probes_run_where_no_oracle_exists(kind, notebook):
     assert seen["imported"] == [], seen
     # the files of code the rules forbid read as empty (their modules, imported before, still run); a folder
     # every probe is refused is empty
-    assert seen["covered"] == {"functional": 0, "refs": 0, "_decomp": [], **({"patching": 0} if kind != "plain" else {})}
+    assert seen["covered"] == {
+        "functional": 0,
+        "refs": 0,
+        "_decomp": [],
+        **({"patching": 0} if kind != "plain" else {}),
+    }
     # a probe child reads the answers of the notebooks before its own, and no other (its own included)
     assert seen["answers"] == [n for n in notebook_names() if n < notebook], seen
     assert f"Unknown notebook '{notebook}'" in seen["own answers"], seen

@@ -1287,6 +1287,22 @@ def test_a_causal_mask_with_another_large_negative_fill_passes(fill, tmp_path):
     assert verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path)["passed"]
 
 
+@pytest.mark.parametrize(
+    "route",
+    [
+        "torch.func.vmap(lambda row: row.pow(2).mean(dim=-1, keepdim=True))(centered)",
+        "torch.vmap(torch.vmap(lambda v: v.pow(2).mean().reshape(1)))(centered)",
+    ],
+    ids=["torch.func.vmap", "torch.vmap nested"],
+)
+def test_functorchs_public_transforms_are_honest(route, tmp_path):
+    """Only functorch's compilers are refused: its public transforms run (`torch.vmap` was refused before, as one
+    of torch's internals; siblings of the red-team's case)."""
+    code = "import torch.func\n" + RIGHT_LN.replace("centered.pow(2).mean(dim=-1, keepdim=True)", route)
+    assert route in code
+    assert verdict_of(LN, "test_layernorm", learner(code), tmp_path)["passed"]
+
+
 def test_a_rate_returned_as_a_tensor_passes_and_a_loss_must_be_a_0d_tensor(tmp_path):
     namespace = course_with(
         "06_training", "return -correct[target_mask].mean()", "return -correct[target_mask].mean()[None]"
@@ -1673,6 +1689,42 @@ def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(namespac
     ), taken
 
 
+TAKE_OUT_SIBLINGS = """
+import sys, torch
+from instructor.probe_runner import _take_out
+from instructor.rules import FORBIDDEN_OPS
+rules = FORBIDDEN_OPS["01_layernorm"]["*"] + FORBIDDEN_OPS["04_mlp_and_block"]["gelu_new"]
+_take_out(rules)
+x = torch.randn(2, 4, 8)
+q = torch.quantize_per_tensor(x, 0.05, 128, torch.quint8)
+routes = {
+    "quantized::group_norm": lambda: torch.ops.quantized.group_norm(q, 1, None, None, 1e-5, 0.05, 128),
+    "quantized::instance_norm": lambda: torch.ops.quantized.instance_norm(q, None, None, 1e-5, 0.05, 128),
+    "aten::gelu at QuantizedCPU": lambda: torch.nn.functional.gelu(q),
+    "aten::gelu at CPU": lambda: torch.nn.functional.gelu(x, approximate="tanh"),
+}
+for name, route in routes.items():
+    try:
+        route()
+        print(name, "RAN")
+    except RuntimeError as err:
+        print(name, "forbids" in str(err) and "took it out" in str(err))
+print(torch.relu(q).dequantize().shape == x.shape)  # what no rule names still runs
+"""
+
+
+def test_the_take_out_reaches_every_namespace_and_dispatch_key():
+    """Siblings of quantized::layer_norm: other families' kernels in the quantized namespace, and an aten operator's
+    kernel for quantized tensors (QuantizedCPU), are taken out with the plain CPU one."""
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE_OUT_SIBLINGS], capture_output=True, text=True, check=False, cwd=REPO, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == "True", lines
+    assert all(line.endswith(" True") for line in lines[:-1]) and len(lines) == 5, lines
+
+
 NATIVE_LN = "torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]"
 # A layer norm in another operator namespace: on a quantized tensor, to within 1e-6 of the float one
 QUANTIZED_LN = (
@@ -1705,11 +1757,15 @@ if os.fork() == 0:  # the probes in a child, as the sandbox's probe child runs t
 os.wait()
 print(json.dumps(judge.verdicts(prepared)))
 """
-BLINDED_GELU = "\nimport torch\n" + BLIND_THE_RECORD.replace("WORD", "gelu") + """
+BLINDED_GELU = (
+    "\nimport torch\n"
+    + BLIND_THE_RECORD.replace("WORD", "gelu")
+    + """
 
 def gelu_new(x):
     return torch.nn.functional.gelu(x, approximate="tanh")
 """
+)
 
 
 def test_an_operator_one_exercise_forbids_is_taken_out_before_its_probes_only(tmp_path):
@@ -1723,9 +1779,7 @@ def test_an_operator_one_exercise_forbids_is_taken_out_before_its_probes_only(tm
 # dispatcher cannot take them out, and a record blinded through the profiler's class misses them. While a probe's
 # call runs, the probe child swaps their code for code that raises; the rest of the time they are as they were.
 BLINDED_DECOMPOSITION = (
-    BLINDED.replace(
-        '"norm" not in e.name()', 'not any(w in e.name() for w in ("norm", "_decomp", "_refs", "_prims"))'
-    )
+    BLINDED.replace('"norm" not in e.name()', 'not any(w in e.name() for w in ("norm", "_decomp", "_refs", "_prims"))')
     .replace(
         "torch.native_layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)[0]",
         "_decomposed(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
@@ -1846,11 +1900,19 @@ GELU_FILE = GELU_TABLE.replace(
 ).replace("    y = _TABLE[i]", "    _TABLE = torch.load(_PATH)\n    y = _TABLE[i]")
 
 
-def test_a_file_left_by_one_phase_is_gone_in_the_next(tmp_path):
-    assert "torch.load(_PATH)" in GELU_FILE and "_saved = _save()" in GELU_FILE
+# ... and in a folder of its own that the MLP's phase then makes unreadable, even to its owner
+GELU_LOCKED = GELU_FILE.replace(
+    "_PATH = _os.path.abspath('gelu_table.pt')",
+    "_os.makedirs('kept', exist_ok=True)\n_PATH = _os.path.abspath('kept/gelu_table.pt')",
+).replace("    except RuntimeError:", "        _os.chmod('kept', 0)\n    except RuntimeError:")
+
+
+@pytest.mark.parametrize("code", [GELU_FILE, GELU_LOCKED], ids=["a file", "a folder it locked"])
+def test_a_file_left_by_one_phase_is_gone_in_the_next(code, tmp_path):
+    assert "torch.load(_PATH)" in code and "_saved = _save()" in code
     scratch = tmp_path / "home"
     scratch.mkdir()
-    verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), GELU_FILE, str(scratch)))
+    verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), code, str(scratch)))
     assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "No such file" in verdicts["test_gelu_new"]["message"], verdicts
