@@ -161,3 +161,11 @@ def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
     if (notebook, target) in TL_EXERCISES:
         oracles = (*(o for o in ORACLES if o != "py:transformer_lens/"), *TL_EXERCISES[notebook, target])
     return (*oracles, f"py:<solutions/{notebook}.ipynb>", *rules.get("*", ()), *rules.get(target, ()))
+
+
+def all_python_paths() -> frozenset[str]:
+    """Every file or folder a `py:` rule names, in every notebook's rules (the probe templates learn which loaded
+    functions lie under which, `probe_runner.learn_rule_files`)."""
+    rules = {*ORACLES, *(r for table in FORBIDDEN_OPS.values() for group in table.values() for r in group)}
+    rules |= {r for group in TL_EXERCISES.values() for r in group}
+    return frozenset(rule[3:].partition(":")[0] for rule in rules if rule.startswith("py:"))

@@ -706,7 +706,13 @@ def serve(
         # probe jobs queue in this template's pipe until it reads them (a job arrives once a core is free anyway).
         _niced(preload, probes_only=probes_only)
         covered = cover_sources(probes_only)
-        print(f"the {probes_only} probe template covered {len(covered)} files and folders", file=sys.stderr)
+        from instructor.probe_runner import learn_rule_files
+
+        print(
+            f"the {probes_only} probe template covered {len(covered)} files and folders; "
+            f"{learn_rule_files()} files' functions matched to the judge's rules",
+            file=sys.stderr,
+        )
     else:
         preload(kernels=listener is not None, solutions=solutions)
     for template in templates.values():
