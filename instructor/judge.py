@@ -37,12 +37,13 @@ from pathlib import Path
 
 from instructor import collect
 from instructor.probe_runner import (
-    MAX_PHASES,
+    MAX_PHASES,  # noqa: F401 - the grader reads it here
     OUT_DIR,
     REQUEST,
     SCRIPTS,
     param_group_decay,
     phase_files,
+    phases,
 )
 from instructor.rules import forbidden_ops
 
@@ -1428,18 +1429,34 @@ def read_regular_file(path: Path, limit: int) -> bytes | None:
         return None
 
 
-def _load_outputs(out: Path) -> tuple[dict, dict, str | None]:
-    """(outputs, errors, a problem with the files as a whole), over every phase's files (`probe_runner.phases`)."""
+def _load_outputs(out: Path, prepared: Prepared) -> tuple[dict, dict, str | None]:
+    """(outputs, errors, a problem with the files as a whole), over every phase's files (`probe_runner.phases`),
+    each phase's file taken for its own probes only: an output for another phase's probe (computed where what that
+    probe forbids is still in the process) is ignored."""
+    request = {
+        "probes": [
+            {"name": name, "forbidden_ops": list(forbidden_ops(prepared.notebook, probe.target))}
+            for name, probe in prepared.probes.items()
+        ]
+    }
     outputs: dict = {}
     errors: dict = {}
-    for index in range(MAX_PHASES):
+    for index, names in enumerate(phases(request)):
         outputs_name, errors_name = phase_files(index)
         more, more_errors, problem = _load_phase(out, outputs_name, errors_name)
-        errors.update(more_errors)
+        errors.update({k: why for k, why in more_errors.items() if _probe_of(k) in names or k == "__runner__"})
         if problem:
             return {}, errors, problem
-        outputs.update(more)
+        outputs.update({key: value for key, value in more.items() if _probe_of(key) in names})
     return outputs, errors, None
+
+
+def _probe_of(key: str) -> str:
+    """The probe an output or error belongs to: `p3`, `p3.weights`, `p3/0` all belong to `p3`."""
+    for i, char in enumerate(key):
+        if i and not char.isdigit():
+            return key[:i]
+    return key
 
 
 def _load_phase(out: Path, outputs_name: str, errors_name: str) -> tuple[dict, dict, str | None]:
@@ -1848,7 +1865,7 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
     """grade_id -> {"passed", "message"}: the child's outputs against the expected ones. Call only once the
     child and everything it started are gone; removes the job's folder."""
     try:
-        outputs, errors, problem = _load_outputs(prepared.folder / OUT_DIR)
+        outputs, errors, problem = _load_outputs(prepared.folder / OUT_DIR, prepared)
     finally:
         shutil.rmtree(prepared.folder, ignore_errors=True)
     result: dict[str, dict] = {}

@@ -482,7 +482,7 @@ def _learners(spec: dict) -> bool:
     return "module" in spec or "dataclass" in spec
 
 
-def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict:
+def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     import torch
 
     target = namespace.get(probe["target"])
@@ -564,7 +564,7 @@ def _run_one(probe: dict, namespace: dict, tensors: dict, withdraw=None) -> dict
         # record had ended, and scored full marks)
         return _frozen(result)
 
-    result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())), withdraw)
+    result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())))
     if type(result) is not dict or any(type(value) is not tuple for value in result.values()):
         raise ProbeError(f"{probe['target']}'s outputs were not read as plain tensors")
     return result
@@ -1017,7 +1017,7 @@ _FUNCTIONS: dict = {}  # id -> (function, its file, its name), each held here so
 
 def learn_rule_files() -> int:
     """In a probe template, before it forks: every loaded function's file and name, and which `py:` rule paths
-    (`instructor.rules`) each file lies under, so that a child's first withdrawal (`_python_out`) looks its 60,000
+    (`instructor.rules`) each file lies under, so that a child's withdrawal (`withdraw_python`) looks its 60,000
     functions up instead of reading their code under the child's audit hooks and matching their files (0.45 s of
     every probe job, measured). The child uses private copies (`sealed_run_probes`). Returns how many files."""
     import gc
@@ -1099,23 +1099,13 @@ def _record(call):
     return out, ran if intact and ended else None
 
 
-def _call_watching(target: str, call, forbidden: tuple[str, ...], withdraw=None):
+def _call_watching(target: str, call, forbidden: tuple[str, ...]):
     """`call()`'s result, refused if an operator the exercise forbids ran in it, whatever name reached it
     (`F.layer_norm`, `torch.native_layer_norm`, `torch.ops.aten...`, a module that wraps it): the profiler records
     every operator at PyTorch's dispatcher, the composite ones and what they turn into alike, and every Python
-    function with its file. `forbidden` holds rules (`_forbids`). `withdraw` (the probe child's, `_python_out`):
-    the Python functions under the `py:` rules cannot run while the call does, whatever the record sees."""
-    if not forbidden:
-        return call()
-    if withdraw is None:
-        out, ran = _record(call)
-    else:
-        enter, leave = withdraw
-        enter(forbidden)
-        try:
-            out, ran = _record(call)
-        finally:
-            leave()
+    function with its file. `forbidden` holds rules (`_forbids`). In the probe child this is a second line: what
+    the rules name is already out of the process (`take_out_operators`)."""
+    out, ran = _record(call)
     if ran is None:
         raise ProbeError(f"the record of what {target} ran was stopped while it ran")
     hits = sorted(n for n in ran if any(_forbids(rule, n) for rule in forbidden))
@@ -1150,14 +1140,17 @@ def phase_files(index: int) -> tuple[str, str]:
 
 
 def phases(request: dict) -> list[list[str]]:
-    """The request's probes in groups that forbid the same operators, from the fewest forbidden up: each group runs
-    in a process of its own, with those operators taken out before any learner code (`template.run_probe_plan`).
-    One group where every probe forbids the same (all but 04 and 05); at most MAX_PHASES."""
+    """The request's probes in groups that forbid the same (operators and Python code alike), from the fewest
+    forbidden up: each group runs in a process of its own, with all of it taken out before any learner code
+    (`template.run_probe_plan`, `take_out_operators`). One group where every probe forbids the same (all but 04's,
+    05's and 08's); at most MAX_PHASES (past that, the last groups share a process and each is refused what any of
+    them is: never an oracle left in, perhaps honest code refused)."""
     groups: dict[frozenset, list[str]] = {}
     for probe in request["probes"]:
-        groups.setdefault(_operator_rules(probe), []).append(probe["name"])
-    ordered = [groups[key] for key in sorted(groups, key=len)]
-    while len(ordered) > MAX_PHASES:  # never for the course's notebooks: the last ones share a process
+        groups.setdefault(frozenset(probe.get("forbidden_ops", ())), []).append(probe["name"])
+    keys = sorted(groups, key=lambda key: (len(_operator_rules({"forbidden_ops": key})), len(key)))
+    ordered = [groups[key] for key in keys]
+    while len(ordered) > MAX_PHASES:  # never for the course's notebooks
         ordered[-2:] = [ordered[-2] + ordered[-1]]
     return ordered
 
@@ -1180,10 +1173,7 @@ def run_probes(
     probes = list(request["probes"])
     sets = [_operator_rules(probe) for probe in probes]
     taken = _common_rules(sets) if take_out else frozenset()
-    withdraw = retire = None
-    if take_out:
-        enter, leave, retire = _python_out({rule for probe in probes for rule in probe.get("forbidden_ops", ())})
-        withdraw = (enter, leave)
+    withdrawn = frozenset.intersection(*(frozenset(p.get("forbidden_ops", ())) for p in probes)) if probes else None
     if take_out:
         order = sorted(range(len(probes)), key=lambda i: len(sets[i]))
         probes, sets = [probes[i] for i in order], [sets[i] for i in order]
@@ -1200,11 +1190,11 @@ def run_probes(
             if more and all(later >= sets[i] for later in sets[i:]):
                 _take_out(more)
                 taken |= more
-            if retire is not None:  # the Python oracles every probe left forbids: out for good, nothing to undo
-                # torch's own only: the runner itself builds 08's arguments with harness.interp and TransformerLens
-                # between the calls (withdrawn for good, they cost 08 five tests of the course's own solution)
+            if take_out:  # the Python oracles every probe left forbids (all of a phase's, before its definitions)
                 common = frozenset.intersection(*(frozenset(p.get("forbidden_ops", ())) for p in probes[i:]))
-                retire(frozenset(rule for rule in common if rule.startswith("py:torch/")))
+                if common - withdrawn:
+                    withdraw_python(common - withdrawn)
+                    withdrawn |= common
             _drop_learner_modes()  # one entered while the definitions ran would run in the runner
             left = deadline - time.monotonic()
             if left <= 0:
@@ -1218,7 +1208,7 @@ def run_probes(
                     probe, tensors = request["fetch"](probe["name"])
                 for attempt in range(3):
                     try:
-                        outputs.update(_run_one(probe, namespace, tensors, withdraw))
+                        outputs.update(_run_one(probe, namespace, tensors))
                         break
                     except RecordUnreadable as err:
                         if attempt == 2:
@@ -1273,45 +1263,22 @@ def write_outputs(folder: str, outputs: dict, errors: dict, phase: int = 0) -> N
 
 
 # ---------------------------------------------------------------------- the probe child's own defences
-# The learner's definitions run in the probe child before the probes, in the same process. Two things keep them
-# from the probe runner's state (issue #20, a red-team review: a class body rebound `_forbids` through
-# `sys.modules`, and a definition read the probes' inputs from the runner's frame and ran a forbidden operator on
-# them before the record began; both scored full marks):
-# - the runner the child calls is `sealed_run_probes()`: every function of this module it reaches bound to a private
-#   copy of this module's globals and of builtins, taken before any learner code runs, so that rebinding the
-#   module's names or builtins changes nothing it calls;
-# - an audit hook, which no Python code can remove, refuses to learner code (a frame compiled from a learner cell)
-#   what reaches frames, the garbage collector's view of every object, code objects, tracing and ctypes: the
-#   routes to the runner's locals, to the sealed copies and to memory.
-REFUSED_EVENTS = (  # where learner code is the caller; those of FRAME_EVENTS wherever it is on the stack
-    "sys._getframe",
-    "sys._getframemodulename",
-    "gc.get_freeze_count",
-    "object.__getattr__",
-    "code.__new__",
-    "function.__new__",
-    "cpython.PyInterpreterState_Clear",
-)
-_HELPERS = ("inspect.py", "traceback.py", "linecache.py", "types.py", "functools.py")
-# Refused wherever learner code is on the stack (`refuse_introspection`), as ctypes and `/proc` are: the routes to a
-# frame, to every object, to memory.
-# Not `sys._getframe`: torch calls it under any learner code (`torch.manual_seed` records the call site with
-# `traceback.format_stack`; imports that sympy's dispatch decorators run), so it stays refused where learner code is
-# the caller only (`_HELPERS` skipped, functools's forwarding wrappers among them).
-FRAME_EVENTS = (
-    "sys._current_frames",
-    "sys.settrace",
-    "sys.setprofile",
-    "sys.addaudithook",
-    "gc.get_objects",
-    "gc.get_referrers",
-    "gc.get_referents",
-)
-FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "f_locals", "f_globals"})
+# What could answer a probe besides the learner's code is out of the probe child before any learner code runs: the
+# oracles' packages hidden and their files covered (`instructor.template`), the forbidden operators taken out at
+# the dispatcher and the forbidden Python functions withdrawn for good (`take_out_operators`), the graded notebook's
+# answers never read. So the runner's state holds nothing worth reaching: frames, the garbage collector's view and
+# code objects are the learner's to use (a debug helper's `inspect.stack()`, a traceback printed in an `except`,
+# both refused while they were guarded, cost honest work its points; and frames stayed reachable anyway, from a
+# signal handler's argument or `logging.currentframe`). What stays refused is what reaches past the dispatcher into
+# native code, or rewrites memory: ctypes (`refuse_native_routes`; `/proc` is not mounted in a probe child, and the
+# folders it may write are mounted noexec, so no library of its own can be loaded).
+# The runner the child calls is still `sealed_run_probes()`, every function of this module it reaches bound to a
+# private copy of this module's globals and of builtins taken before any learner code runs: rebinding the module's
+# names or builtins (`builtins.isinstance = ...`) does not change how it reads the learner's results.
 
 
-class Refused(RuntimeError, ValueError):
-    """What the probe child's audit hook raises (a ValueError too: the standard library's frame readers expect one)."""
+class Refused(RuntimeError):
+    """What the probe child's audit hook raises."""
 
 
 def sealed_run_probes():
@@ -1334,73 +1301,13 @@ def sealed_run_probes():
     return private["run_probes"]
 
 
-FUNCTION = type(lambda: None)
-
-
-def refuse_introspection() -> None:
-    """Install the audit hook that refuses learner code the routes to the runner's state (above)."""
-    refused = frozenset(REFUSED_EVENTS)
-    frame_events = frozenset(FRAME_EVENTS)
-    helpers = _HELPERS
-    getframe = sys._getframe
-
-    def is_learner(code) -> bool:
-        return code.co_filename.startswith("<learner ")
-
-    busy = [False]  # sys._getframe raises its own event: the hook looks at frames once, not again from inside
+def refuse_native_routes() -> None:
+    """Install the probe child's audit hook, which no Python code can remove (before any learner code runs, once the
+    operators are out): ctypes is refused to everything, the runner included, which needs it no more."""
 
     def hook(event, args):
-        if busy[0] or (
-            event not in refused
-            and event not in frame_events
-            and not event.startswith("ctypes.")
-            and event not in ("open", "object.__setattr__")
-        ):
-            return
-        busy[0] = True
-        try:
-            learner_event(event, args)
-        finally:
-            busy[0] = False
-
-    def learner_event(event, args):
-        frame = getframe(2)
-        path = args[0] if event == "open" and args else None
-        if (
-            event in frame_events
-            or event.startswith("ctypes.")
-            or (event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRIBUTES)
-            or (isinstance(path, (str, bytes)) and b"/proc/" in (path if isinstance(path, bytes) else path.encode()))
-        ):
-            # What reaches a frame (and from there every local of the runner, the probes' inputs among them) or
-            # memory is refused while learner code is anywhere on the stack, not only where it is the caller: a
-            # library function handed `getattr` (functools.singledispatch, string.Formatter) would otherwise read
-            # `tb_frame` on its behalf. A ValueError too, which the standard library's frame readers expect
-            # (namedtuple, typing and enum fall back to another module name).
-            while frame is not None and not is_learner(frame.f_code):
-                frame = frame.f_back
-            if frame is not None:
-                raise Refused(f"the judge refuses {event} while your code runs")
-            return
-        while frame is not None and frame.f_code.co_filename.endswith(helpers):
-            frame = frame.f_back
-        if frame is None or not is_learner(frame.f_code):
-            return
-        if event == "open":
-            return
-        if event in ("object.__setattr__", "object.__getattr__"):
-            # the learner's own functions and classes are theirs to read and change: a decorator that calls
-            # inspect.signature (which reads `__code__`) on the function it wraps was refused, and the exercise lost
-            target = args[0] if args else None
-            code = None
-            if callable(target) and not isinstance(target, type):
-                code = object.__getattribute__(target, "__code__") if type(target) is FUNCTION else None
-            mine = (isinstance(target, type) and target.__module__ == "__notebook__") or (
-                code is not None and is_learner(code)
-            )
-            if mine:
-                return
-        raise RuntimeError(f"the judge refuses {event} to your code while it probes it")
+        if event.startswith("ctypes."):
+            raise Refused(f"the judge refuses {event}: nothing may call native code past the dispatcher here")
 
     sys.addaudithook(hook)
 
@@ -1484,64 +1391,51 @@ def take_out_operators(request: dict) -> list[str]:
     (04's GELU, 05's cross-entropy) are taken out by `run_probes(take_out=True)` before the first probe that
     forbids them, once the probes that may use them have run. Returns the operators taken out."""
     common = _common_rules([_operator_rules(probe) for probe in request["probes"]])
-    return _take_out(common) if common else []
+    taken = _take_out(common) if common else []
+    rules = [frozenset(probe.get("forbidden_ops", ())) for probe in request["probes"]]
+    if rules:
+        withdraw_python(frozenset.intersection(*rules))
+    return taken
 
 
 # The Python oracles (torch's references and decompositions, `nn.Transformer`, TransformerLens's ready-made
-# answers in 08) are code, not operators: no dispatcher registration covers them, and the record that refuses them
-# runs in the learner's process, where rebinding torch's profiler classes blinds it. So while a probe's call runs,
-# every Python function under its `py:` rules has its code swapped for code that raises (every name, table and
-# closure that holds the function holds the same object, so every route reaches the swapped code), and running a
-# module of those files afresh (an import after `del sys.modules[...]`, `importlib.reload`, `runpy`) is refused;
-# the code is put back after the call. The learner's code sees the probe's inputs inside the call only, so an
-# oracle it could run anywhere else has nothing to answer. The state lives in closures the sealed runner holds and
-# in an audit hook, which no Python code can reach or remove.
-def _python_out(rules) -> tuple:
-    """(enter, leave, retire): `enter(rules)` withdraws the functions under the `py:` rules among `rules` (of those
-    this was made for), `leave()` puts every one back; `retire(rules)` withdraws those under `rules` for good, their
-    code kept nowhere, so that nothing a call reaches (the runner's frames, these closures) can put them back."""
+# answers in 08, the harness's checks) are code, not operators: no dispatcher registration covers them, and the
+# record that refuses them runs in the learner's process. So before any learner code runs, every Python function
+# under the phase's `py:` rules has its code replaced by code that raises, for good, the original kept nowhere
+# (every name, table and closure that holds the function holds the same object, so every route reaches the
+# raising code: `dis`, `marshal` or the runner's frames find nothing to copy or put back), and running a module of
+# those files afresh (an import after `del sys.modules[...]`, `importlib.reload`, `runpy`) is refused. The phases
+# (`phases`) give every probe of a process the same rules, so nothing one probe forbids is there for another's
+# call: a code object copied from `multi_head_attention_forward` while the definitions ran, or TransformerLens's
+# patching run in another probe's call on inputs kept from the first, scored full marks while they were withdrawn
+# only during the calls that forbade them.
+def withdraw_python(rules) -> int:
+    """Withdraw for good the functions under the `py:` rules among `rules`; returns how many."""
     import gc
     import types
 
-    import torch._inductor  # noqa: F401 - the profiler imports it the first time it starts: not inside a call
+    import torch._inductor  # noqa: F401 - the profiler imports it the first time it starts: not once withdrawn
 
     parts = {rule: rule[3:].partition(":")[::2] for rule in rules if rule.startswith("py:")}
-    state = {"index": None, "active": frozenset(), "retired": frozenset(), "saved": {}, "files": {}, "made": {}}
-    raisers: dict = {}
-
-    learned = _FILE_PATHS
+    if not parts:
+        return 0
+    files: dict = {}
+    learned, known = _FILE_PATHS, _FUNCTIONS
 
     def rules_for(filename: str) -> tuple:
-        if filename not in state["files"]:
-            known = learned.get(filename)
-            state["files"][filename] = tuple(
+        if filename not in files:
+            paths = learned.get(filename)
+            files[filename] = tuple(
                 rule
                 for rule, (path, _) in parts.items()
-                if (path in known if known is not None and path in _PYTHON_PATHS else _under(path, filename))
+                if (path in paths if paths is not None and path in _PYTHON_PATHS else _under(path, filename))
             )
-        return state["files"][filename]
+        return files[filename]
 
-    def index() -> dict:
-        found: dict = {rule: [] for rule in parts}
-        files, known = state["files"], _FUNCTIONS
-        for obj in gc.get_objects():
-            if type(obj) is types.FunctionType:
-                entry = known.get(id(obj))
-                if entry is not None and entry[0] is obj:  # its code was read before the fork, out of any hook
-                    filename, name = entry[1], entry[2]
-                else:
-                    filename, name = obj.__code__.co_filename, obj.__code__.co_name
-                hits = files.get(filename)
-                for rule in rules_for(filename) if hits is None else hits:
-                    if not parts[rule][1] or name == parts[rule][1]:
-                        found[rule].append(obj)
-        return found
+    raisers: dict = {}
 
-    def raiser(function):
-        """Code that raises, with as many free variables as `function`'s (Python checks that when code is swapped)."""
-        if function in state["made"]:
-            return state["made"][function]
-        code = function.__code__
+    def raiser(code):
+        """Code that raises, with as many free variables as `code` (Python checks that when code is swapped)."""
         n = len(code.co_freevars)
         if n not in raisers:
             cells = [f"cell{i}" for i in range(n)]
@@ -1553,53 +1447,26 @@ def _python_out(rules) -> tuple:
             exec(compile("\n".join(lines), "<taken out by the judge>", "exec"), made)  # noqa: S102 - the judge's own
             raisers[n] = made["make"]()
         where = code.co_filename.rsplit("site-packages/", 1)[-1]
-        message = f"this exercise forbids {code.co_qualname} ({where}): the judge took it out while your code runs"
+        message = f"this exercise forbids {code.co_qualname} ({where}): the judge took it out of this process"
         consts = tuple(message if c == "MESSAGE" else c for c in raisers[n].co_consts)
-        state["made"][function] = raisers[n].replace(co_consts=consts, co_name=code.co_name)
-        return state["made"][function]
+        return raisers[n].replace(co_consts=consts, co_name=code.co_name)
+
+    count = 0
+    for obj in gc.get_objects():
+        if type(obj) is not types.FunctionType:
+            continue
+        entry = known.get(id(obj))
+        if entry is not None and entry[0] is obj:  # its file and name were read before the fork, out of any hook
+            filename, name = entry[1], entry[2]
+        else:
+            filename, name = obj.__code__.co_filename, obj.__code__.co_name
+        if any(not parts[rule][1] or name == parts[rule][1] for rule in rules_for(filename)):
+            obj.__code__ = raiser(obj.__code__)
+            count += 1
 
     def hook(event, args):
-        if event != "exec" or not args or type(args[0]) is not types.CodeType:
-            return
-        hits = rules_for(args[0].co_filename)
-        if not hits:
-            return
-        if any(rule in state["active"] or rule in state["retired"] for rule in hits):
-            raise RuntimeError(f"this exercise forbids running {args[0].co_filename} while your code runs")
-        state["index"] = None  # a module of those files ran afresh: its functions are new objects
+        if event == "exec" and args and type(args[0]) is types.CodeType and rules_for(args[0].co_filename):
+            raise RuntimeError(f"this exercise forbids running {args[0].co_filename}: the judge took it out")
 
     sys.addaudithook(hook)
-
-    def enter(probe_rules) -> None:
-        active = frozenset(rule for rule in probe_rules if rule in parts)
-        if not active:
-            return
-        if state["index"] is None:
-            state["index"] = index()
-        saved = state["saved"]
-        for rule in active:
-            for function in state["index"][rule]:
-                if function not in saved:
-                    saved[function] = function.__code__
-                    function.__code__ = raiser(function)
-        state["active"] = active
-
-    def leave() -> None:
-        state["active"] = frozenset()
-        saved = state["saved"]
-        for function, code in saved.items():
-            function.__code__ = code
-        saved.clear()
-
-    def retire(probe_rules) -> None:
-        newly = frozenset(rule for rule in probe_rules if rule in parts) - state["retired"]
-        if not newly:
-            return
-        if state["index"] is None:
-            state["index"] = index()
-        for rule in newly:
-            for function in state["index"][rule]:
-                function.__code__ = raiser(function)
-        state["retired"] |= newly
-
-    return enter, leave, retire
+    return count

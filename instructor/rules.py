@@ -152,6 +152,16 @@ TL_EXERCISES = {
 }
 
 
+# The probe child withdraws for good, before any learner code runs, everything its probes forbid, so the probes of
+# one process must forbid the same (`probe_runner.phases`): every exercise that uses TransformerLens is refused
+# every ready-made answer any of them is (none answers with another's: TransformerLens's patching run in the
+# composition scores' call, on inputs kept from the patching probe, scored full marks while each call was refused
+# its own only), and may run `harness.interp`'s `to_hooked_transformer`, with which the judge's child builds their
+# models (it holds no answer).
+_TL_ANSWERS = tuple(dict.fromkeys(rule for rules in TL_EXERCISES.values() for rule in rules))
+_JUDGE_BUILDS_WITH = "py:harness/interp.py"
+
+
 def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
     """The rules for one probe. Besides the exercise's own, the oracles and the course's answers for this very
     notebook: code compiled from `solutions/<notebook>.ipynb` (`harness.components`, reached by any route) runs
@@ -159,7 +169,7 @@ def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
     rules = FORBIDDEN_OPS.get(notebook, {})
     oracles = ORACLES
     if (notebook, target) in TL_EXERCISES:
-        oracles = (*(o for o in ORACLES if o != "py:transformer_lens/"), *TL_EXERCISES[notebook, target])
+        oracles = (*(o for o in ORACLES if o not in ("py:transformer_lens/", _JUDGE_BUILDS_WITH)), *_TL_ANSWERS)
     return (*oracles, f"py:<solutions/{notebook}.ipynb>", *rules.get("*", ()), *rules.get(target, ()))
 
 

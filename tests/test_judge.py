@@ -64,8 +64,11 @@ def run(notebook: str, namespace: dict, folder, only: frozenset[str] | None = No
     prepared = judge.prepare(notebook, folder / "job", only)
     request = probe_runner.load_request(str(prepared.folder))
     probe_runner.prepare_output(str(prepared.folder), None)
-    # the grader's own limit per probe: 06's training probes take seconds, more on a loaded machine
-    probe_runner.run_probes(request, namespace, timeout=30, deadline=time.monotonic() + 300)
+    # the grader's own limit per probe: 06's training probes take seconds, more on a loaded machine; in phases, as
+    # the probe child runs them (each phase's outputs count for its own probes only)
+    for index, names in enumerate(probe_runner.phases(request)):
+        phase = dict(request, probes=[probe for probe in request["probes"] if probe["name"] in names])
+        probe_runner.run_probes(phase, namespace, timeout=30, deadline=time.monotonic() + 300, phase=index)
     return prepared
 
 
@@ -1583,26 +1586,27 @@ import json, sys, time
 from pathlib import Path
 from instructor import judge
 from instructor.probe_runner import (
-    load_request, prepare_output, refuse_introspection, sealed_run_probes, take_out_operators
+    load_request, prepare_output, refuse_native_routes, sealed_run_probes, take_out_operators
 )
 prepared = judge.prepare("01_layernorm", Path(sys.argv[1]))
 request = load_request(str(prepared.folder))
 prepare_output(str(prepared.folder), None)
 run = sealed_run_probes()
-if len(sys.argv) > 3:
-    take_out_operators(request)
-refuse_introspection()
-namespace = {}
-try:
-    exec(compile(sys.argv[2], "<learner 01_layernorm cell 7>", "exec"), namespace)
-except RuntimeError as err:
-    print("REFUSED", err)
-    sys.exit(0)
 import os
-if os.fork() == 0:  # the probes in a child, as the sandbox's probe child runs them: what it withdraws stays there
+if os.fork() == 0:  # as the sandbox's probe child: what it takes out and withdraws stays there
+    if len(sys.argv) > 3:
+        take_out_operators(request)
+    refuse_native_routes()
+    namespace = {}
+    try:
+        exec(compile(sys.argv[2], "<learner 01_layernorm cell 7>", "exec"), namespace)
+    except RuntimeError as err:
+        print("REFUSED", err, flush=True)
+        os._exit(3)
     run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=len(sys.argv) > 3)
     os._exit(0)
-os.wait()
+if os.waitstatus_to_exitcode(os.wait()[1]) == 3:
+    sys.exit(0)
 print(json.dumps(judge.verdicts(prepared)["test_layernorm"]))
 """
 TAMPERED = """
@@ -1740,7 +1744,7 @@ SEALED_04 = """
 import json, sys, time
 from pathlib import Path
 from instructor import judge
-from instructor.probe_runner import load_request, prepare_output, sealed_run_probes
+from instructor.probe_runner import load_request, phases, prepare_output, sealed_run_probes, take_out_operators
 from harness.course import component_source
 prepared = judge.prepare("04_mlp_and_block", Path(sys.argv[1]))
 request = load_request(str(prepared.folder))
@@ -1751,10 +1755,13 @@ for name in ("00_tour", "01_layernorm", "02_embeddings", "03_attention", "04_mlp
     exec(compile(component_source(name), f"<learner {name}>", "exec"), namespace)
 exec(compile(sys.argv[2], "<learner 04_mlp_and_block cell 9>", "exec"), namespace)
 import os
-if os.fork() == 0:  # the probes in a child, as the sandbox's probe child runs them: what it withdraws stays there
-    run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=True)
-    os._exit(0)
-os.wait()
+for index, names in enumerate(phases(request)):  # each phase in a child, as the sandbox's probe child runs them
+    if os.fork() == 0:
+        phase = dict(request, probes=[p for p in request["probes"] if p["name"] in names])
+        take_out_operators(phase)
+        run(phase, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=True, phase=index)
+        os._exit(0)
+    os.wait()
 print(json.dumps(judge.verdicts(prepared)))
 """
 BLINDED_GELU = (
@@ -1843,10 +1850,12 @@ def test_a_decorator_may_read_the_learners_own_functions(tmp_path):
     assert "@checked" in honest
     verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), honest, "take out"))
     assert verdict["passed"], verdict
-    # another module's function stays refused
-    stolen = honest.replace("signature = inspect.signature(fn)", "signature = inspect.signature(json.dumps)")
-    said = child_says(SEALED_CHILD, str(tmp_path / "job2"), "import json\n" + stolen, "take out")
-    assert said.startswith("REFUSED") and "object.__getattr__" in said, said
+    # another module's function too: nothing withdrawn keeps its code, so reading code reaches no answer
+    other = honest.replace(
+        "signature = inspect.signature(fn)", "signature = inspect.signature(json.dumps) and inspect.signature(fn)"
+    )
+    verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job2"), "import json\n" + other, "take out"))
+    assert verdict["passed"], verdict
 
 
 # A red-team route: the call returns a marker and leaves a TorchFunctionMode on, which, once the record has ended,
@@ -1934,7 +1943,7 @@ def test_torchs_python_implementations_are_taken_out_while_a_probe_runs(tmp_path
     blinded = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job0"), BLINDED_DECOMPOSITION))
     assert blinded["passed"], blinded  # the record alone is blinded, and the decomposition runs no forbidden operator
     taken = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job1"), BLINDED_DECOMPOSITION, "take out"))
-    assert not taken["passed"] and "took it out while your code runs" in taken["message"], taken
+    assert not taken["passed"] and "took it out of this process" in taken["message"], taken
     assert "torch/_decomp/__init__.py" in taken["message"], taken
     verdicts = json.loads(child_says(SEALED_05, str(tmp_path / "job4"), BLINDED_DISTRIBUTIONS))
     assert not verdicts["test_cross_entropy_loss"]["passed"], verdicts
@@ -1942,11 +1951,14 @@ def test_torchs_python_implementations_are_taken_out_while_a_probe_runs(tmp_path
     assert all(v["passed"] for k, v in verdicts.items() if k != "test_cross_entropy_loss"), verdicts
 
 
-# A fresh copy of an oracle's file (a new module from its source, an import after `del sys.modules[...]`) makes new
-# functions the swap has not reached: running such a module is refused while a call runs that forbids the file.
+# A fresh copy of an oracle's file (a new module from its source, an import after `del sys.modules[...]`) would make
+# new functions the withdrawal has not reached: running such a module is refused once its file is withdrawn. And
+# what is withdrawn stays withdrawn: its code is kept nowhere, so `dis` or `marshal` finds only the raising code (a
+# red-team review copied `multi_head_attention_forward`'s code object under another file name while it was
+# withdrawn during calls only: full marks in 03 and 09).
 FRESH_COPY = """
-import importlib.util, json, torch
-from instructor.probe_runner import _python_out
+import dis, importlib.util, json, marshal, torch
+from instructor.probe_runner import withdraw_python
 
 def fresh():
     spec = importlib.util.spec_from_file_location("torch.nn.modules.fresh_copy", torch.nn.modules.transformer.__file__)
@@ -1954,26 +1966,35 @@ def fresh():
     spec.loader.exec_module(module)
     return module.TransformerEncoderLayer(8, 2)
 
-enter, leave, _ = _python_out(["py:torch/nn/modules/transformer.py"])
-said = []
-enter(["py:torch/nn/modules/transformer.py"])
-for make in (lambda: torch.nn.TransformerEncoderLayer(8, 2), fresh):
+def copied():
+    import types
+    code = marshal.loads(marshal.dumps(dis.Bytecode(torch.nn.TransformerEncoderLayer.__init__).codeobj))
+    code = code.replace(co_filename="<learner shell>")
+    cells = tuple(types.CellType(torch.nn.TransformerEncoderLayer) for _ in code.co_freevars)
+    init = torch.nn.TransformerEncoderLayer.__init__
+    shell = types.FunctionType(code, vars(torch.nn.modules.transformer), None, init.__defaults__, cells)
+    shell.__kwdefaults__ = init.__kwdefaults__
+    layer = torch.nn.TransformerEncoderLayer.__new__(torch.nn.TransformerEncoderLayer)
+    shell(layer, 8, 2)
+
+copied()  # the route works where nothing is withdrawn: torch's own layer, from code filed under another name
+said = [withdraw_python(["py:torch/nn/modules/transformer.py"]) > 0]
+for make in (lambda: torch.nn.TransformerEncoderLayer(8, 2), fresh, copied):
     try:
         make()
         said.append("ran")
     except RuntimeError as err:
         said.append(str(err))
-leave()
-said.append(type(fresh()).__name__)
 print(json.dumps(said))
 """
 
 
-def test_a_fresh_copy_of_an_oracles_file_cannot_run_while_a_call_forbids_it():
-    inside, fresh, after = json.loads(child_says(FRESH_COPY))
+def test_a_withdrawn_oracle_cannot_run_afresh_nor_be_copied():
+    withdrawn, inside, fresh, copied = json.loads(child_says(FRESH_COPY))
+    assert withdrawn
     assert "forbids TransformerEncoderLayer.__init__" in inside, inside
-    assert "forbids running" in fresh and fresh.endswith("transformer.py while your code runs"), fresh
-    assert after == "TransformerEncoderLayer"  # put back once the call is over
+    assert "forbids running" in fresh and fresh.endswith("transformer.py: the judge took it out"), fresh
+    assert "forbids TransformerEncoderLayer.__init__" in copied, copied
 
 
 @pytest.mark.parametrize(
@@ -2009,12 +2030,10 @@ def test_the_probe_childs_runner_is_out_of_the_definitions_reach(route, tmp_path
             "        return string.Formatter().format('{0.tb_' + 'frame}', err.__traceback__)\n\n\n_f = _frame()\n"
         ),
     }[route]
-    last = child_says(SEALED_CHILD, str(tmp_path / "job"), code)
-    if route == "the runner's module rebound":
-        verdict = json.loads(last)
-        assert not verdict["passed"] and "aten::native_layer_norm" in verdict["message"], verdict
-    else:
-        assert last.startswith("REFUSED the judge refuses"), last
+    # Frames, the garbage collector's view and code objects are the learner's to use now: whatever they reach,
+    # the forbidden operator is out of the process (each route, then torch's native layer norm)
+    verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), code + "\n" + TAMPERED, "take out"))
+    assert not verdict["passed"] and "native_layer_norm" in verdict["message"], verdict
 
 
 ATTENTION_BY_ANOTHER_NAME = {
@@ -2343,7 +2362,10 @@ def fed(notebook: str, folder, steal: int | None = None) -> judge.Prepared:
     if steal is not None:  # what code run while the definitions load could do with the socket
         request["fetch"](request["probes"][steal]["name"])
         prepared.stolen = request["probes"][steal]["grade_id"]
-    probe_runner.run_probes(request, course_as_learner(notebook), timeout=30, deadline=time.monotonic() + 300)
+    namespace = course_as_learner(notebook)
+    for index, names in enumerate(probe_runner.phases(request)):
+        phase = dict(request, probes=[probe for probe in request["probes"] if probe["name"] in names])
+        probe_runner.run_probes(phase, namespace, timeout=30, deadline=time.monotonic() + 300, phase=index)
     ours.close()
     os.waitpid(pid, 0)
     return prepared
@@ -2355,3 +2377,42 @@ def test_the_feeder_serves_each_probe_its_inputs_once_and_in_turn(tmp_path):
         prepared = fed("04_mlp_and_block", tmp_path / f"b{steal}", steal=steal)
         verdict = judge.verdicts(prepared)[prepared.stolen]
         assert not verdict["passed"] and "asked for out of turn" in verdict["message"], verdict
+
+
+# Each phase's outputs count for its own probes only: an output for gelu_new's probe written by the phase where GELU
+# is still in (its own phase then wrote nothing, its process ended early) is ignored, not taken as gelu_new's.
+def test_a_phases_outputs_count_for_its_own_probes_only(tmp_path):
+    prepared = judge.prepare("04_mlp_and_block", tmp_path / "job")
+    request = probe_runner.load_request(str(prepared.folder))
+    probe_runner.prepare_output(str(prepared.folder), None)
+    assert len(probe_runner.phases(request)) == 2
+    namespace = course_as_learner("04_mlp_and_block")
+    probe_runner.run_probes(request, namespace, timeout=30, deadline=time.monotonic() + 300, phase=0)
+    verdicts = judge.verdicts(prepared)
+    assert not verdicts["test_gelu_new"]["passed"], verdicts
+    assert "no output returned" in verdicts["test_gelu_new"]["message"], verdicts
+    assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
+
+
+# The exercises that use TransformerLens are each refused every ready-made answer any of them is: a probe process
+# holds what they forbid for all of its calls or for none (a red-team review ran TransformerLens's patching in the
+# composition scores' call, where it was allowed, on inputs kept from the patching probe: full marks).
+def test_an_exercise_using_transformer_lens_is_refused_every_ready_made_answer(tmp_path):
+    reach = (
+        "\n\ndef _other_answer():\n    import transformer_lens.patching as patching\n\n    try:\n"
+        "        patching.generic_activation_patch(None, None, None, None, None, 'resid_pre')\n"
+        "    except Exception:\n        pass\n"
+    )
+    namespace = course_as_learner("08_interpretability")
+    exec(reach, namespace)  # noqa: S102 - a helper the learner's composition scores call
+    honest = namespace["k_composition_scores"]
+
+    def k_composition_scores(*args, **kwargs):
+        namespace["_other_answer"]()
+        return honest(*args, **kwargs)
+
+    namespace["k_composition_scores"] = k_composition_scores
+    verdict = verdict_of("08_interpretability", "test_k_composition_scores", namespace, tmp_path)
+    assert not verdict["passed"] and "transformer_lens/patching.py" in verdict["message"], verdict
+    assert "py:transformer_lens/patching.py" in rules.forbidden_ops("08_interpretability", "logit_lens")
+    assert "py:harness/interp.py" not in rules.forbidden_ops("08_interpretability", "patch_resid_pre")
