@@ -558,6 +558,11 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: st
         traceback.print_exc()
     if kernels:
         import ipykernel.kernelapp  # noqa: F401
+    from instructor.probe_runner import learn_rule_files
+
+    # its objects frozen out of the collector's view: the kernels' collections copy fewer of its pages; and a probe
+    # child of this template (where no probe template could start) finds the functions its rules withdraw
+    learn_rule_files()
 
 
 def _answers_from(folder: str, before: str | None = None) -> None:
