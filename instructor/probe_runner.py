@@ -1063,19 +1063,14 @@ def _forbids(rule: str, event: str) -> bool:
 
 def _profiler():
     """What the record is made with, bound once, when this module is first imported: the child imports it before
-    any learner code runs, so a name the learner's code rebinds later (`torch.profiler.profile = ...`,
-    `sys.getprofile = ...`) does not reach the record."""
-    from torch.autograd import _profiler_enabled
+    any learner code runs, so a name the learner's code rebinds later (`torch.profiler.profile = ...`) does not
+    reach the record."""
     from torch.profiler import ProfilerActivity, profile
 
-    return profile, ProfilerActivity.CPU, _profiler_enabled, sys.getprofile
+    return profile, ProfilerActivity.CPU
 
 
-_PROFILE, _CPU, _ENABLED, _GETPROFILE = _profiler()
-
-
-def _record_end() -> None:
-    """Called after the call, inside the record: its event is there only if the record ran to the end."""
+_PROFILE, _CPU = _profiler()
 
 
 class RecordUnreadable(Exception):
@@ -1084,13 +1079,10 @@ class RecordUnreadable(Exception):
 
 def _record(call):
     """`call()`'s result and the names of everything the profiler recorded while it ran in this thread, operators
-    and Python functions alike (learner code has no other thread: `no_new_tasks`); None for the names if the
-    record did not run to the end."""
+    and Python functions alike (learner code has no other thread: `no_new_tasks`). Code of the learner's that
+    replaces the profiler's Python tracer (`cProfile` around a loop) is not refused: the record is a second line."""
     with _PROFILE(activities=[_CPU], with_stack=True) as record:
-        tracer = _GETPROFILE()  # the profiler's Python tracer: `sys.setprofile` cannot put it back once removed
         out = call()
-        intact = _ENABLED() and _GETPROFILE() is tracer
-        _record_end()
     try:
         # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
         # for a 6-step training probe's 32,000 events where this takes 0.07 s (measured)
@@ -1099,8 +1091,15 @@ def _record(call):
         # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
         # compiled and freed while it recorded, the first time something runs); the call is made again.
         raise RecordUnreadable(str(err)) from None
-    ended = any(name.endswith("): _record_end") and "probe_runner.py(" in name for name in ran)
-    return out, ran if intact and ended else None
+    return out, ran
+
+
+def _is_event_of(rule: str, event: str) -> bool:
+    """Whether a profiler event falls under a rule: an operator rule only on a registered operator's name (a label
+    of the learner's own, `record_function("mlp::gelu_new")`, is no operator), a `py:` rule on a Python function."""
+    if rule.startswith("py:"):
+        return _forbids(rule, event)
+    return event in _OPERATORS and _forbids(rule, event)
 
 
 def _call_watching(target: str, call, forbidden: tuple[str, ...]):
@@ -1110,9 +1109,7 @@ def _call_watching(target: str, call, forbidden: tuple[str, ...]):
     function with its file. `forbidden` holds rules (`_forbids`). In the probe child this is a second line: what
     the rules name is already out of the process (`take_out_operators`)."""
     out, ran = _record(call)
-    if ran is None:
-        raise ProbeError(f"the record of what {target} ran was stopped while it ran")
-    hits = sorted(n for n in ran if any(_forbids(rule, n) for rule in forbidden))
+    hits = sorted(n for n in ran if any(_is_event_of(rule, n) for rule in forbidden))
     if hits:
         more = f" and {len(hits) - 2} more" if len(hits) > 2 else ""
         raise ProbeError(
@@ -1164,23 +1161,15 @@ def run_probes(
     namespace: dict,
     timeout: float,
     deadline: float,
-    take_out: bool = False,
     phase: int = 0,
     definitions: list | None = None,
 ) -> None:
-    """Run every probe; outputs and errors into the request's `out/` folder. Never raises. `take_out` (the probe
-    child, after `take_out_operators`): the probes run from those that forbid the fewest operators to those that
-    forbid the most, and an operator only some forbid is taken out of this process before the first of them, where
-    every probe left forbids it too."""
+    """Run every probe; outputs and errors into the request's `out/` folder (`phase`'s files). Never raises. In the
+    probe child, what the probes forbid is already out of the process (`take_out_operators`, one phase's probes
+    forbidding the same); the record of each call (`_call_watching`) is a second line."""
     outputs, errors = {}, {}
     previous = signal.getsignal(signal.SIGALRM)
     probes = list(request["probes"])
-    sets = [_operator_rules(probe) for probe in probes]
-    taken = _common_rules(sets) if take_out else frozenset()
-    withdrawn = frozenset.intersection(*(frozenset(p.get("forbidden_ops", ())) for p in probes)) if probes else None
-    if take_out:
-        order = sorted(range(len(probes)), key=lambda i: len(sets[i]))
-        probes, sets = [probes[i] for i in order], [sets[i] for i in order]
 
     def alarm(signum, frame):
         raise ProbeTimeout()
@@ -1188,17 +1177,8 @@ def run_probes(
     took = []  # (seconds, probe): the job's log names the slowest
     try:
         signal.signal(signal.SIGALRM, alarm)
-        for i, probe in enumerate(probes):
+        for probe in probes:
             began = time.monotonic()
-            more = sets[i] - taken if take_out else frozenset()
-            if more and all(later >= sets[i] for later in sets[i:]):
-                _take_out(more)
-                taken |= more
-            if take_out:  # the Python oracles every probe left forbids (all of a phase's, before its definitions)
-                common = frozenset.intersection(*(frozenset(p.get("forbidden_ops", ())) for p in probes[i:]))
-                if common - withdrawn:
-                    withdraw_python(common - withdrawn)
-                    withdrawn |= common
             _drop_learner_modes()  # one entered while the definitions ran would run in the runner
             left = deadline - time.monotonic()
             if left <= 0:
@@ -1336,6 +1316,8 @@ def _dispatch_tools():
 
 
 _DISPATCH = _dispatch_tools()
+_TAKEN_OUT: set = set()  # operators (with overload) already out of this process: its probe template took them out
+_OPERATORS = frozenset(name.split(".")[0] for name in _DISPATCH[1]())  # `aten::gelu`, `quantized::layer_norm`...
 _MODES = _mode_stacks()
 _DUMPS = json.dumps
 
@@ -1359,6 +1341,7 @@ def _take_out(rules) -> list[str]:
     library, all_ops, has_kernel, incref, py_object, keys = _DISPATCH
     handles: dict = {}
     taken = []
+    done = _TAKEN_OUT
 
     def refusing(name: str):
         def refused(*args, **kwargs):
@@ -1372,8 +1355,9 @@ def _take_out(rules) -> list[str]:
     for full in all_ops():
         namespace, _, overload = full.partition("::")
         name = full.split(".")[0]
-        if not any(_forbids(rule, name) for rule in rules):
+        if full in done or not any(_forbids(rule, name) for rule in rules):
             continue
+        done.add(full)
         for key in keys:
             try:
                 if not has_kernel(full, key):
@@ -1389,12 +1373,19 @@ def _take_out(rules) -> list[str]:
     return taken
 
 
+def take_out_for_good(rules) -> int:
+    """In a probe template, before it forks: what every probe it runs forbids (`rules.template_rules`: the oracles,
+    torch's own implementations, the backends' operators), out once there rather than in every phase (the
+    backends' 685 kernels took 1 s a phase). Returns how many operators and functions."""
+    operators = _take_out([rule for rule in rules if not rule.startswith("py:")])
+    return len(operators) + withdraw_python(rules)
+
+
 def take_out_operators(request: dict) -> list[str]:
-    """Take the operators that every probe of `request` forbids out of this process (the probe child does this
-    before any learner code runs): neither a name nor the garbage collector can reach the registration to undo it,
-    so the operator cannot run here whatever learner code does to the record. Those that only some probes forbid
-    (04's GELU, 05's cross-entropy) are taken out by `run_probes(take_out=True)` before the first probe that
-    forbids them, once the probes that may use them have run. Returns the operators taken out."""
+    """Take what every probe of `request` forbids out of this process (the probe child does this before any
+    learner code runs, and its phases give all its probes the same rules): the operators, whose registration
+    neither a name nor the garbage collector can reach to undo, and the Python functions (`withdraw_python`).
+    Returns the operators taken out."""
     common = _common_rules([_operator_rules(probe) for probe in request["probes"]])
     taken = _take_out(common) if common else []
     rules = [frozenset(probe.get("forbidden_ops", ())) for probe in request["probes"]]
@@ -1414,6 +1405,9 @@ def take_out_operators(request: dict) -> list[str]:
 # call: a code object copied from `multi_head_attention_forward` while the definitions ran, or TransformerLens's
 # patching run in another probe's call on inputs kept from the first, scored full marks while they were withdrawn
 # only during the calls that forbade them.
+_WITHDRAWN = "<taken out by the judge>"  # the file name of the code that withdrawn functions run
+
+
 def withdraw_python(rules) -> int:
     """Withdraw for good the functions under the `py:` rules among `rules`; returns how many."""
     import gc
@@ -1449,7 +1443,7 @@ def withdraw_python(rules) -> int:
             lines += [f"        ({', '.join(cells)},)"] if n else []  # never runs: it makes the cells free variables
             lines += ["    return refused.__code__"]
             made: dict = {}
-            exec(compile("\n".join(lines), "<taken out by the judge>", "exec"), made)  # noqa: S102 - the judge's own
+            exec(compile("\n".join(lines), _WITHDRAWN, "exec"), made)  # noqa: S102 - the judge's own
             raisers[n] = made["make"]()
         where = code.co_filename.rsplit("site-packages/", 1)[-1]
         message = f"this exercise forbids {code.co_qualname} ({where}): the judge took it out of this process"
@@ -1467,6 +1461,7 @@ def withdraw_python(rules) -> int:
     for obj in gc.get_objects():  # not the template's own: frozen out of this view
         if type(obj) is types.FunctionType and under_rules(obj.__code__.co_filename, obj.__code__.co_name):
             found[id(obj)] = obj
+    found = {key: f for key, f in found.items() if f.__code__.co_filename != _WITHDRAWN}  # the template's already
     for function in found.values():
         function.__code__ = raiser(function.__code__)
 

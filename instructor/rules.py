@@ -118,12 +118,37 @@ TORCH_INTERNAL_IMPLEMENTATIONS = (
     ),
 )
 ORACLES = ("py:transformer_lens/", "py:transformers/", *HARNESS_ORACLES, *TORCH_INTERNAL_IMPLEMENTATIONS)
+# Torch's normalisations written in Python over other operators (a local response norm whose window covers every
+# feature is a layer norm: full marks in 01 in a red-team batch while only the norm operators were ruled on).
+_PYTHON_NORMS = (
+    "py:torch/nn/modules/normalization.py",
+    *(
+        f"py:torch/nn/functional.py:{name}"
+        for name in ("local_response_norm", "normalize", "layer_norm", "group_norm", "batch_norm", "instance_norm")
+    ),
+)
+# Operators of torch's compilers, fused backends and quantized kernels: no exercise needs them, and some take the
+# computation as an argument (`mkldnn::_linear_pointwise(x, w, None, "gelu", [], "tanh")` is a tanh GELU: full
+# marks in 04 while only operator names were ruled on). Every probe is refused every one of them.
+BACKEND_OPS = (
+    "mkldnn::*",
+    "mkldnn_prepacked::*",
+    "onednn::*",
+    "mkl::*",
+    "inductor::*",
+    "static_runtime::*",
+    "prims::*",
+    "quantized::*",
+    "_quantized::*",
+)
 FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
-    "01_layernorm": {"*": _NORMS},
+    "01_layernorm": {"*": _NORMS + _PYTHON_NORMS},
     "03_attention": {"*": _ATTENTION + _MHA},
     "04_mlp_and_block": {"gelu_new": ("*::gelu*",)},  # "without F.gelu", says the exercise
     "05_full_gpt2": {"cross_entropy_loss": _CROSS_ENTROPY},  # "without F.cross_entropy"
-    "09_encoder_decoder": {"*": ("py:torch/nn/modules/transformer.py", *_MHA)},
+    # 09's attention is 03's, with masks: refused what 03's is (SDPA scored full marks here while only the
+    # Transformer modules were ruled on)
+    "09_encoder_decoder": {"*": ("py:torch/nn/modules/transformer.py", *_MHA, *_ATTENTION)},
 }
 
 
@@ -170,7 +195,7 @@ def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
     oracles = ORACLES
     if (notebook, target) in TL_EXERCISES:
         oracles = (*(o for o in ORACLES if o not in ("py:transformer_lens/", _JUDGE_BUILDS_WITH)), *_TL_ANSWERS)
-    return (*oracles, f"py:<solutions/{notebook}.ipynb>", *rules.get("*", ()), *rules.get(target, ()))
+    return (*oracles, f"py:<solutions/{notebook}.ipynb>", *BACKEND_OPS, *rules.get("*", ()), *rules.get(target, ()))
 
 
 def all_python_paths() -> frozenset[str]:
@@ -179,3 +204,12 @@ def all_python_paths() -> frozenset[str]:
     rules = {*ORACLES, *(r for table in FORBIDDEN_OPS.values() for group in table.values() for r in group)}
     rules |= {r for group in TL_EXERCISES.values() for r in group}
     return frozenset(rule[3:].partition(":")[0] for rule in rules if rule.startswith("py:"))
+
+
+def template_rules(kind: str) -> tuple[str, ...]:
+    """What every probe a probe template runs forbids (`probe_runner.take_out_for_good`): the oracles and the
+    backends' operators; in 08's (`transformer_lens`), not TransformerLens nor the harness's `interp`, which its
+    exercises and the judge's child use."""
+    if kind == "transformer_lens":
+        return (*(o for o in ORACLES if o not in ("py:transformer_lens/", _JUDGE_BUILDS_WITH)), *BACKEND_OPS)
+    return (*ORACLES, *BACKEND_OPS)

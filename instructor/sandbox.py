@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -346,7 +347,7 @@ class Confinement:
         folder = os.path.normpath(folder)
         if not any(os.path.dirname(folder) == os.path.normpath(top) for top in self.scratch):
             raise PermissionError(f"{folder} is not a folder of its own inside the kernels' shared folder")
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
         os.mkdir(folder, 0o700)
         os.chown(folder, uid, uid)
 
@@ -376,9 +377,8 @@ class Confinement:
                 open(path, "a").close()
             _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
             os.close(fd)
-            if probe:
-                kept = _MS_RDONLY if os.statvfs(path).f_flag & os.ST_RDONLY else 0
-                _mount(libc, None, path, None, _MS_REMOUNT | _MS_BIND | flags | kept, None)
+            if probe and not os.statvfs(path).f_flag & os.ST_RDONLY:  # what it can write; not the environment's
+                _mount(libc, None, path, None, _MS_REMOUNT | _MS_BIND | flags, None)
         if os.path.isdir("/dev/shm"):
             _mount(libc, "tmpfs", "/dev/shm", "tmpfs", flags, options.replace("0755", "1777"))
         home = "/tmp/home"
@@ -412,7 +412,7 @@ class Confinement:
         except OSError as err:  # no private mounts here: a fresh home all the same, made by root
             self.private_tmp = str(err)
             home = f"/tmp/j{self.prefix}{slot}"
-            shutil.rmtree(home, ignore_errors=True)  # never one that something else made first
+            remove_tree(home)  # never one that something else made first
             os.mkdir(home, 0o700)
             os.chown(home, uid, uid)
         os.chdir(home)
@@ -454,20 +454,45 @@ class Confinement:
                         os.kill(int(entry), signal.SIGKILL)
                 except OSError:
                     pass
-        shutil.rmtree(f"/tmp/j{self.prefix}{slot}", ignore_errors=True)
+        remove_tree(f"/tmp/j{self.prefix}{slot}")
         for folder in self.scratch:  # what it left where children meet (its sockets): removed
             _remove_owned_by(folder, uid)
 
 
+def remove_tree(path) -> None:
+    """`path` and everything under it, however deep (a learner's tree thousands of folders deep made
+    `shutil.rmtree`, which recurses, raise RecursionError and stopped a whole batch): GNU `rm`, which walks
+    without recursion and never leaves the file system; `shutil.rmtree` where there is no `rm`."""
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", path], check=False, capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        except RecursionError:
+            pass
+
+
 def _remove_owned_by(folder: str, uid: int) -> None:
-    for root, dirs, files in os.walk(folder, topdown=False):
-        for name in files + dirs:
-            path = os.path.join(root, name)
-            try:
-                if os.lstat(path).st_uid == uid:
-                    shutil.rmtree(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
-            except OSError:
-                pass
+    """Whatever `uid` made in `folder`, at any depth (`find`, which walks without recursion)."""
+    try:
+        subprocess.run(
+            ["find", folder, "-mindepth", "1", "-xdev", "-depth", "-user", str(uid), "-delete"],
+            check=False,
+            capture_output=True,
+            timeout=300,
+        )
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for entry in os.listdir(folder) if os.path.isdir(folder) else ():  # a folder of its own holding others' files
+        path = os.path.join(folder, entry)
+        try:
+            if os.lstat(path).st_uid == uid:
+                remove_tree(path)
+        except OSError:
+            pass
 
 
 def close_fds_except(keep: tuple[int, ...]) -> None:

@@ -21,10 +21,10 @@ import linecache
 import os
 import resource
 import select
-import shutil
 import signal
 import stat
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -84,51 +84,61 @@ def probe_steps(steps: list[dict]) -> list[dict]:
     return kept[::-1]
 
 
-def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, probes, writable=()) -> None:
+def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, probes, confine=None) -> None:
     """The learner's definitions and the given cells they need, statement by statement (a statement that fails,
     such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes.
 
-    Probes that forbid different operators (04's gelu_new forbids GELU, which its MLP and block may use; 05's loss
-    the cross-entropy family) run in phases (`probe_runner.phases`), each in a process of its own forked from this
-    one, which never runs learner code: the phase's operators are taken out before the definitions run there, so
-    no learner statement ever runs where an operator its exercise forbids is present (a GELU table computed by a
-    definition, before GELU was taken out for gelu_new's probe, scored full marks). Nothing a phase leaves on disk
-    reaches the next: once it has ended, its outputs are kept here and everything in `writable` (the child's home
-    and `/dev/shm`, sandboxed) and in the outputs' folder is removed (a GELU table saved to a file by the MLP's
-    phase and read by gelu_new's scored full marks). Without phases, this process runs the one phase itself."""
+    The probes run in phases (`probe_runner.phases`: those of one phase forbid the same), each in a process of its
+    own forked from this one, which never runs learner code; `confine()` confines a phase's process (in the
+    sandbox: its own uid, home, /tmp and cgroups) before anything else runs there; without it (unsandboxed), each
+    phase works in a fresh folder of its own, removed once it has ended. What its probes forbid is
+    taken out of it before the definitions run, so no learner statement ever runs where it is present (a GELU
+    table computed by a definition before GELU was taken out for gelu_new's probe scored full marks). Once a phase
+    has ended (and nothing it started can outlive it), its own outputs' files are kept here and the outputs' folder
+    emptied; at the end this process writes them back, so every file the judge reads was written by a phase of its
+    own probes' and read here as that phase ended (a phase that forged another phase's file scored full marks)."""
     from instructor.probe_runner import OUT_DIR, no_new_tasks, phase_files, phases, sealed_run_probes
+    from instructor.sandbox import remove_tree
 
     run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
     signal.signal(signal.SIGALRM, _alarm)
     deadline = time.monotonic() + notebook_timeout
     groups = phases(probes) if probes is not None else [None]
-    if len(groups) == 1:
-        no_new_tasks()
-        _run_phase(plan, probes, 0, run_probes, cell_timeout, deadline)
-    else:
-        out_dir = os.path.join(probes["folder"], OUT_DIR)
-        kept: dict[str, bytes] = {}
-        for index, names in enumerate(groups):
-            # no process of an earlier phase is left (none can start another): what it wrote is all on disk
-            _clear([*writable, out_dir])
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    no_new_tasks()
+    out_dir = os.path.join(probes["folder"], OUT_DIR) if probes is not None else None
+    kept: dict[str, bytes] = {}
+    for index, names in enumerate(groups):
+        scratch = None if confine is not None else tempfile.mkdtemp(prefix=f"phase-{index}-", dir=os.getcwd())
+        pid = os.fork()
+        if pid == 0:
+            try:
+                if confine is not None:
+                    confine()
+                else:
+                    os.chdir(scratch)
+                    sys.path.insert(0, scratch)
+                no_new_tasks()
+                phase = None
+                if probes is not None:
                     chosen = [p for p in probes["probes"] if p["name"] in names]
                     # a phase of merged groups (past MAX_PHASES) is refused, in every probe, what any of them is
                     union = sorted({rule for p in chosen for rule in p.get("forbidden_ops", ())})
                     phase = dict(probes, probes=[dict(p, forbidden_ops=union) for p in chosen])
-                    _run_phase(plan, phase, index, run_probes, cell_timeout, deadline)
-                finally:
-                    os._exit(0)
-            os.waitpid(pid, 0)
+                _run_phase(plan, phase, index, run_probes, cell_timeout, deadline)
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if status:
+            print(f"phase {index}: its process ended with status {status}", file=sys.stderr)
+        if scratch is not None:
+            remove_tree(scratch)
+        if out_dir is not None:
             kept |= _read_files(out_dir, phase_files(index))
-        _clear([*writable, out_dir])
-        for name, data in kept.items():
-            fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            for entry in os.listdir(out_dir):
+                remove_tree(os.path.join(out_dir, entry))
+    for name, data in kept.items():
+        fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
 
 
 def _read_files(folder: str, names, limit: int = 64 << 20) -> dict[str, bytes]:
@@ -143,30 +153,6 @@ def _read_files(folder: str, names, limit: int = 64 << 20) -> dict[str, bytes]:
             if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 found[name] = f.read(limit)
     return found
-
-
-def _clear(folders) -> None:
-    """Everything in `folders` removed, whatever its permissions (the child's own files: it may change them)."""
-
-    def writable_again(function, path, _):
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-        function(path)
-
-    for folder in folders:
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, onerror=writable_again)
-                else:
-                    os.unlink(entry.path)
-            except OSError as err:
-                print(f"between phases, {entry.path} could not be removed: {err}", file=sys.stderr)
 
 
 def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, deadline: float) -> None:
@@ -210,7 +196,7 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
         # 30 s a probe: 08's patching probe runs the model once per layer and position under the record; 0.9 s
         # in-process, it passed 10 s once in a sandboxed batch on a busy machine
         limit = min(30.0, cell_timeout)
-        run_probes(probes, ns, timeout=limit, deadline=deadline, take_out=True, phase=index, definitions=failed)
+        run_probes(probes, ns, timeout=limit, deadline=deadline, phase=index, definitions=failed)
     print(
         f"phase {index}: operators out and definitions {defined - started:.2f} s, probes "
         f"{time.monotonic() - defined:.2f} s",
@@ -401,6 +387,17 @@ def hide_oracles(kind: str = "plain") -> None:
         _mount(libc, None, harness_dir, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4m,mode=0755")
 
 
+class _Absent:
+    """A meta path finder for which the packages a probe template hides are not installed."""
+
+    def __init__(self, names: frozenset):
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} where the judge runs your code", name=fullname)
+
+
 def cover_sources(kind: str) -> list[str]:
     """In a probe template's mount namespace, once it has imported what its children use: the files whose code the
     judge's rules forbid (`instructor.rules`) covered, so that no child can read their source or bytecode and
@@ -447,6 +444,7 @@ def cover_sources(kind: str) -> list[str]:
     os.chmod(empty, 0o444)
     covered = []
     allowed = _allowed_packages(("transformer-lens",) if kind == "transformer_lens" else ())
+    absent = set(hidden)
     for root in roots:
         for entry in sorted(os.listdir(root)):
             name = entry.split(".", 1)[0]
@@ -454,6 +452,7 @@ def cover_sources(kind: str) -> list[str]:
             # `*.libs`: the shared libraries of wheels (numpy's, pillow's), loaded by their packages, not imported
             if entry.endswith((".dist-info", ".egg-info", ".pth", ".libs")) or name in allowed or name == "__pycache__":
                 continue
+            absent.add(name)
             if os.path.isdir(full) and not os.path.islink(full):
                 cover(libc, full)
                 covered.append(full)
@@ -461,6 +460,9 @@ def cover_sources(kind: str) -> list[str]:
                 _mount(libc, empty, full, None, _MS_BIND, None)
                 _mount(libc, None, full, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
                 covered.append(full)
+    # an empty folder would import as an empty namespace package: a library probing for an optional one (pandas
+    # for pyarrow) must find it missing instead, as where it is not installed
+    sys.meta_path.insert(0, _Absent(frozenset(absent)))
     for path in sorted(paths):
         for root in roots:
             full = os.path.realpath(os.path.join(root, path))
@@ -659,21 +661,30 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
         fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
         if not confinement.cgroup_dir:  # read from /proc, which the confined child no longer has
             _limit_memory(memory)
-        home = confinement.enter(slot, memory, keep=fed)
-        writable = (home, "/dev/shm") if not confinement.private_tmp else (home,)  # /dev/shm is its own
+        from instructor.sandbox import close_fds_except
+
+        # This process stays root and runs no learner code: it forks each phase, which confines itself (a uid of
+        # its own, a fresh home and /tmp, its cgroups) before the learner's definitions run, so no phase can
+        # signal it or leave anything for the next (a phase that killed it, once its own outputs were written, had
+        # its forgery for a later phase's probe read as that probe's output: full marks in 04 and 05).
+        close_fds_except(fed)
+
+        def confine() -> None:
+            confinement.enter(slot, memory, keep=fed)
+            sys.path.insert(0, os.getcwd())  # as in the learner's kernel: a module the notebook writes is found
+
     else:
         from instructor.sandbox import close_fds_except
 
         close_fds_except(())
-        writable = ()  # unsandboxed: its working directory is nobody's scratch
         _limit_memory(memory)
-    print(f"set-up (inputs, earlier answers, confinement): {time.monotonic() - started:.2f} s", file=sys.stderr)
+
+        confine = None
+
+    print(f"set-up (inputs, earlier answers): {time.monotonic() - started:.2f} s", file=sys.stderr)
     os.environ.setdefault("MPLBACKEND", "Agg")
-    sys.path.insert(0, os.getcwd())  # as in the learner's kernel: a module the notebook writes there is found
-    # Before any learner code runs, no thread or process can start in this child or its phases (`run_probe_plan`;
-    # the kernel refuses them for its uid): all the learner's code runs in one thread, where the judge's record looks.
     job.clear()
-    run_probe_plan(plan, plan["_cell_timeout"], plan["_notebook_timeout"], probes, writable)
+    run_probe_plan(plan, plan["_cell_timeout"], plan["_notebook_timeout"], probes, confine)
 
 
 def _kernel_child(request: dict, confinement, slot: int) -> None:
@@ -771,15 +782,26 @@ def serve(
         listener.bind(kernel_socket + ".tmp")
         listener.listen(16)
     if probes_only:
+        # A probe child may start no thread (`probe_runner.no_new_tasks`): OpenMP, OpenBLAS and MKL are told so
+        # before torch loads them (`torch.set_num_threads(4)` in a learner's loop made libgomp's first parallel
+        # region crash the child, and every probe of the phase was lost).
+        os.environ.update(OMP_THREAD_LIMIT="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         # The main template imports the same libraries at the same time, and kernels wait for it, not for this:
         # probe jobs queue in this template's pipe until it reads them (a job arrives once a core is free anyway).
         _niced(preload, probes_only=probes_only)
         covered = cover_sources(probes_only)
-        from instructor.probe_runner import learn_rule_files
+        import warnings
 
+        from instructor.probe_runner import learn_rule_files, take_out_for_good
+        from instructor.rules import template_rules
+
+        files = learn_rule_files()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel": that is the point
+            taken = take_out_for_good(template_rules(probes_only))
         print(
-            f"the {probes_only} probe template covered {len(covered)} files and folders; "
-            f"{learn_rule_files()} files' functions matched to the judge's rules",
+            f"the {probes_only} probe template covered {len(covered)} files and folders; {files} files' functions "
+            f"matched to the judge's rules; {taken} operators and functions taken out for every probe",
             file=sys.stderr,
         )
     else:

@@ -1603,7 +1603,7 @@ if os.fork() == 0:  # as the sandbox's probe child: what it takes out and withdr
     except RuntimeError as err:
         print("REFUSED", err, flush=True)
         os._exit(3)
-    run(request, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=len(sys.argv) > 3)
+    run(request, namespace, timeout=10, deadline=time.monotonic() + 60)
     os._exit(0)
 if os.waitstatus_to_exitcode(os.wait()[1]) == 3:
     sys.exit(0)
@@ -1759,7 +1759,7 @@ for index, names in enumerate(phases(request)):  # each phase in a child, as the
     if os.fork() == 0:
         phase = dict(request, probes=[p for p in request["probes"] if p["name"] in names])
         take_out_operators(phase)
-        run(phase, namespace, timeout=10, deadline=time.monotonic() + 60, take_out=True, phase=index)
+        run(phase, namespace, timeout=10, deadline=time.monotonic() + 60, phase=index)
         os._exit(0)
     os.wait()
 print(json.dumps(judge.verdicts(prepared)))
@@ -1891,15 +1891,16 @@ code += "\\n\\n" + component_source("04_mlp_and_block").split("def gelu_new")[0]
 code += "\\n\\nclass MLP" + component_source("04_mlp_and_block").split("class MLP", 1)[1]
 step = {"kind": "learner", "code": code, "filename": "<learner 04_mlp_and_block cell 9>", "uses": [], "binds": []}
 import os
-if len(sys.argv) > 3:  # a scratch folder of its own, as the sandbox's probe child has (its home)
+if len(sys.argv) > 3:  # where the probe child works (unsandboxed: each phase in a fresh folder of its own there)
     os.chdir(sys.argv[3])
-run_probe_plan({"steps": [step]}, 30, 240, request, tuple(sys.argv[3:]))
+run_probe_plan({"steps": [step]}, 30, 240, request)
 print(json.dumps(judge.verdicts(prepared)))
 """
 
 
 # The same table saved to a file by the MLP's phase, where GELU is still in, and read by gelu_new's (a red-team
-# review: full marks in a sandboxed batch). Nothing a phase leaves on disk reaches the next.
+# review: full marks in a sandboxed batch). Nothing a phase leaves on disk reaches the next: each works in a folder
+# of its own (in the sandbox, a fresh home and /tmp), removed once it has ended.
 GELU_FILE = GELU_TABLE.replace(
     '_TABLE = torch.nn.functional.gelu(_GRID, approximate="tanh")  # runs when the cell is defined\n',
     "import os as _os\n_PATH = _os.path.abspath('gelu_table.pt')\n\n\n"
@@ -2166,8 +2167,10 @@ def test_the_harnesses_own_answers_fail_the_judge(notebook, grade_id, tmp_path):
     assert not verdict["passed"] and "harness/" in verdict["message"], verdict
 
 
-# The record itself: an exercise that stops it or removes its Python tracer; one that would compute in another
-# thread cannot start it (below, and tests/test_grading.py's thread_forward).
+# The record itself: an exercise that stops it or removes its Python tracer, then runs the course's own answer. The
+# record is a second line: in the probe child the graded notebook's answers cannot run at all (code compiled from
+# its solutions is withdrawn, and running it afresh refused), so the route fails however blind the record is;
+# honest code that replaces the tracer (cProfile around a loop) is not refused for it.
 BLINDING = {
     "sys.setprofile(None)": "        __import__('sys').setprofile(None)\n",
     "the profiler disabled": "        __import__('torch').autograd._disable_profiler()\n",
@@ -2175,7 +2178,7 @@ BLINDING = {
 
 
 @pytest.mark.parametrize("route", sorted(BLINDING))
-def test_an_exercise_that_stops_the_record_fails_the_judge(route, tmp_path):
+def test_an_exercise_that_stops_the_record_gains_nothing(route, tmp_path):
     theirs = "        theirs = __import__('harness').components('01_layernorm').LayerNorm(self.cfg)\n"
     code = NO_NORMALISATION.replace(
         "        return residual * self.w + self.b\n",
@@ -2183,8 +2186,22 @@ def test_an_exercise_that_stops_the_record_fails_the_judge(route, tmp_path):
         + theirs
         + "        theirs.load_state_dict(self.state_dict())\n        return theirs(residual)\n",
     )
-    verdict = verdict_of(LN, "test_layernorm", learner(code), tmp_path)
-    assert not verdict["passed"] and "stopped while it ran" in verdict["message"], (route, verdict)
+    verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), PRELUDE + code, "take out"))
+    assert not verdict["passed"] and "solutions/01_layernorm.ipynb" in verdict["message"], (route, verdict)
+
+
+def test_a_profiler_of_the_learners_own_is_not_refused(tmp_path):
+    honest = component_source("00_tour") + "\n" + component_source("01_layernorm")
+    honest = honest.replace(
+        "    def forward(self, residual",
+        "    def forward(self, residual, **kwargs):\n        import cProfile\n\n        profile = cProfile.Profile()\n"
+        "        profile.enable()\n        with torch.profiler.record_function('ln::layer_norm'):\n"
+        "            out = self._forward(residual)\n        profile.disable()\n        return out\n\n"
+        "    def _forward(self, residual",
+        1,
+    )
+    verdict = json.loads(child_says(SEALED_CHILD, str(tmp_path / "job"), honest, "take out"))
+    assert verdict["passed"], verdict
 
 
 FILTERING_PROFILER = """
