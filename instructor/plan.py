@@ -99,15 +99,46 @@ def _is_definition(stmt: ast.stmt, own: frozenset[str] = frozenset()) -> bool:
     return keep or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
 
 
+_FILLS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
+
+
+def _fills_own_data(stmt: ast.stmt, data: set[str]) -> bool:
+    """`C["k"] = v`, `C.k = v`, `C += ...`, `C.append(v)`, where `C` is a name the same body bound to a value of its
+    own before: building a table of constants, which a definition may use (they were dropped as actions, and an
+    honest gelu_new reading `C["sqrt_2_over_pi"]` lost 04's points)."""
+
+    def base(node) -> str | None:
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    if isinstance(stmt, ast.Assign):
+        return all(isinstance(t, (ast.Subscript, ast.Attribute)) and base(t) in data for t in stmt.targets)
+    if isinstance(stmt, ast.AugAssign):
+        return base(stmt.target) in data
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return isinstance(func, ast.Attribute) and func.attr in _FILLS and base(func.value) in data
+    return False
+
+
 def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt], own: frozenset[str] = frozenset()) -> list[ast.stmt]:
     """The definitions of `body`. An `if`, `try` or `with` that defines something is kept with only its definitions
     (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`): its condition or context
     runs as an assignment's value would; a `try` whose body holds an action is dropped whole. Loops and everything
     else are actions, dropped into `dropped`."""
     kept = []
+    data: set[str] = set()  # names this body binds to values of its own (`C = {}`), which it may then fill in
     for stmt in body:
-        if _is_definition(stmt, own):
+        if _is_definition(stmt, own) or _fills_own_data(stmt, data):
             kept.append(stmt)
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                data |= {
+                    n.id
+                    for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                    for n in ast.walk(t)
+                    if isinstance(n, ast.Name)
+                }
             continue
         if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With)):
             inner: list[ast.stmt] = []

@@ -15,6 +15,7 @@ computed here, and no check of the harness runs in a probe child.
 from __future__ import annotations
 
 import argparse
+import ast
 import builtins
 import json
 import linecache
@@ -46,13 +47,18 @@ def _short(err: BaseException) -> str:
     return text if len(text) < 600 else text[:600] + " ..."
 
 
-def _execute(code_text: str, filename: str, namespace: dict, timeout: float) -> str | None:
-    """Run one statement of the plan; the error (or None)."""
+def _execute(statement, filename: str, namespace: dict, timeout: float) -> str | None:
+    """Run one statement of the plan (source text, or a statement parsed from its cell, whose line numbers it
+    keeps, so that tracebacks, `inspect.getsource` and `torch.jit.script` find its lines in the whole cell's source,
+    which the caller registered); the error (or None)."""
     try:
-        code = compile(code_text, filename, "exec")
+        if isinstance(statement, str):
+            code = compile(statement, filename, "exec")
+            linecache.cache[filename] = (len(statement), None, statement.splitlines(True), filename)
+        else:
+            code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec")
     except SyntaxError as err:
         return f"SyntaxError: {err.msg} (line {err.lineno})"
-    linecache.cache[filename] = (len(code_text), None, code_text.splitlines(True), filename)
     signal.setitimer(signal.ITIMER_REAL, max(0.5, timeout), 1.0)
     try:
         exec(code, namespace)  # noqa: S102 - running the learner's definitions is the point
@@ -124,6 +130,8 @@ def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, pro
                     union = sorted({rule for p in chosen for rule in p.get("forbidden_ops", ())})
                     phase = dict(probes, probes=[dict(p, forbidden_ops=union) for p in chosen])
                 _run_phase(plan, phase, index, run_probes, cell_timeout, deadline)
+            except BaseException:  # noqa: BLE001 - said in the job's log; its probes then have no output
+                traceback.print_exc()
             finally:
                 os._exit(0)
         _, status = os.waitpid(pid, 0)
@@ -184,9 +192,11 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
             statements = ast.parse(step["code"]).body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+        lines = step["code"].splitlines(True)
+        linecache.cache[step["filename"]] = (len(step["code"]), None, lines, step["filename"])
         for statement in statements:
             timeout = min(cell_timeout, deadline - time.monotonic())
-            error = _execute(ast.unparse(statement), step["filename"], ns, timeout)
+            error = _execute(statement, step["filename"], ns, timeout)
             if error:
                 print(f"{step['filename']}: {error}", file=sys.stderr)
                 if step["kind"] == "learner":

@@ -388,7 +388,9 @@ class PosEmbed(nn.Module):
         "def _fast_path(x):\n    try:\n        raise NotImplementedError('no fast path')\n"
         "    except NotImplementedError:\n        return traceback.format_exc().count('fast path')\n\n\n"
     ) + ln_text.replace(
-        "self.cfg = cfg\n", "self.cfg = cfg\n        assert _caller() == '__init__' and _fast_path(cfg)\n"
+        "self.cfg = cfg\n",
+        "self.cfg = cfg\n        assert _caller() == '__init__' and _fast_path(cfg)\n"
+        "        torch.set_num_threads(2)  # a probe child starts no thread: OpenMP must not try (it crashed)\n",
     )
     assert "centre(residual)" in ln_text and "torch.vmap" in ln_text and "isdir(_scratch)" in ln_text
     assert "_caller() == '__init__'" in ln_text
@@ -665,7 +667,7 @@ SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "function_mode": "differs from the course's LayerNorm",
     "global_hook": "differs from the course's LayerNorm",
     "thread_forward": "can't start new thread",
-    "forbidden_call": "layer_norm (whatever name reached it)",
+    "forbidden_call": "forbids layer_norm",  # F.layer_norm itself is withdrawn in 01, its operator too
     # torch's reference layer norm, read from its installed file and compiled under another name: the file is empty
     # where the judge's probes run (a red-team review did this with multi_head_attention_forward in 03)
     "launder_source": "StopIteration",  # its definition found no function in the file, which is empty there
@@ -924,6 +926,22 @@ def test_definitions_only_drops_top_level_actions():
     assert len(dropped) == 2
 
 
+def test_definitions_only_keeps_a_table_the_cell_fills_in():
+    """A table of constants built up at top level (a red-team review: an honest gelu_new reading
+    `C["sqrt_2_over_pi"]` lost 04's points while these were dropped as actions); not a library's names, nor a loop."""
+    code = (
+        "import math\nimport torch\nC = {}\nC['sqrt_2_over_pi'] = math.sqrt(2 / math.pi)\nC.update(k=0.044715)\n"
+        "ROWS = []\nROWS.append(1)\nROWS += [2]\nN = 0\nN += 1\ntorch.allclose = None\nmath.pi = 3\n"
+        "for i in range(3):\n    ROWS.append(i)\nprint(C)\n"
+    )
+    tree, dropped = definitions_only(ast.parse(code))
+    kept = ast.unparse(tree)
+    for line in ("C['sqrt_2_over_pi'] = ", "C.update(k=0.044715)", "ROWS.append(1)", "ROWS += [2]", "N += 1"):
+        assert line in kept, kept
+    assert "torch.allclose" not in kept and "math.pi = 3" not in kept and "for i" not in kept and "print" not in kept
+    assert len(dropped) == 4, dropped
+
+
 def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
     import torch
 
@@ -1061,6 +1079,11 @@ if KIND == "transformer_lens":
     seen["covered"]["patching"] = len(open(transformer_lens.patching.__file__).read())
 site = os.path.dirname(os.path.dirname(torch.__file__))
 seen["packages"] = {name: len(os.listdir(os.path.join(site, name))) for name in ("ray", "accelerate", "tqdm", "numpy")}
+try:
+    import ray
+    seen["import ray"] = "imported"
+except ModuleNotFoundError:  # as if not installed: a library probing for an optional one carries on
+    seen["import ray"] = "ModuleNotFoundError"
 print(json.dumps(seen))
 """
 
@@ -1086,6 +1109,7 @@ def test_the_judges_probes_run_where_no_oracle_exists(kind, notebook):
     # no library but those learners write exercises with (and what they need) is there: ray's RLlib carries minGPT's
     # attention and GELU, which scored full marks in 03 and 04 while only named libraries were hidden
     assert seen["packages"]["ray"] == 0 and seen["packages"]["tqdm"] and seen["packages"]["numpy"], seen
+    assert seen["import ray"] == "ModuleNotFoundError", seen
     assert (seen["packages"]["accelerate"] == 0) == (kind == "plain"), seen  # TransformerLens needs it in 08's
     if kind == "plain":
         assert seen["harness"] == plain, seen

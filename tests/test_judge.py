@@ -2433,3 +2433,76 @@ def test_an_exercise_using_transformer_lens_is_refused_every_ready_made_answer(t
     assert not verdict["passed"] and "transformer_lens/patching.py" in verdict["message"], verdict
     assert "py:transformer_lens/patching.py" in rules.forbidden_ops("08_interpretability", "logit_lens")
     assert "py:harness/interp.py" not in rules.forbidden_ops("08_interpretability", "patch_resid_pre")
+
+
+# A red-team route: the phase where GELU is still in (04's MLP and block) computes gelu_new's outputs on the judge's
+# inputs, writes them as the next phase's outputs file and kills the process that runs the phases, which left that
+# file in place: full marks. That process now stays root and each phase drops to a uid of its own before the
+# definitions run (here `nobody`, as the sandbox gives it its own), so the kill is refused; and what a phase leaves in
+# the outputs' folder is removed once it ends.
+FORGED_PHASE = """
+import json, os, signal, sys
+from pathlib import Path
+import torch._inductor, torch.profiler.python_tracer, safetensors.torch  # the interpreter is root's here
+from instructor import judge, probe_runner
+from instructor.template import run_probe_plan
+from harness.course import component_source
+prepared = judge.prepare("04_mlp_and_block", Path(sys.argv[1]))
+request = probe_runner.load_request(str(prepared.folder))
+probe_runner.prepare_output(str(prepared.folder), 65534)
+os.chmod(sys.argv[1], 0o755)
+os.chmod(prepared.folder, 0o755)
+for entry in prepared.folder.iterdir():  # the inputs in the phase's reach (in the sandbox it asks the feeder)
+    if entry.is_file():
+        os.chmod(entry, 0o644)
+cheat = '''
+import torch
+from instructor import probe_runner as _pr
+
+
+def _forge():
+    try:
+        torch.nn.functional.gelu(torch.zeros(1))
+    except RuntimeError:
+        return "gelu is out here"
+    request = _pr.load_request(JOB)
+    outputs = {}
+    for probe in request["probes"]:
+        if probe["target"] == "gelu_new":
+            outputs[probe["name"]] = torch.nn.functional.gelu(request["tensors"][probe["args"][0]["tensor"]], approximate="tanh")
+    for phase in range(1, 4):
+        _pr.write_outputs(request["folder"], _pr._frozen(outputs), {}, phase)
+    os.kill(os.getppid(), signal.SIGKILL)
+
+
+import os, signal
+_forged = _forge()
+'''.replace("JOB", repr(str(prepared.folder)))
+code = "\\n\\n".join(component_source(name) for name in ("00_tour", "01_layernorm", "02_embeddings", "03_attention"))
+code += "\\n\\n" + component_source("04_mlp_and_block").split("def gelu_new")[0]
+code += "\\n\\ndef gelu_new(x):\\n    return torch.nn.functional.gelu(x, approximate='tanh')\\n\\n" + cheat
+code += "\\n\\nclass MLP" + component_source("04_mlp_and_block").split("class MLP", 1)[1]
+step = {"kind": "learner", "code": code, "filename": "<learner 04_mlp_and_block cell 9>", "uses": [], "binds": []}
+scratch = sys.argv[2]
+
+
+def confine():
+    os.chdir(scratch)
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+run_probe_plan({"steps": [step]}, 30, 240, request, confine)
+print(json.dumps(judge.verdicts(prepared)))
+"""
+
+
+def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_outputs(tmp_path):
+    scratch = tmp_path / "home"
+    scratch.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(scratch, 0o777)
+    verdicts = json.loads(child_says(FORGED_PHASE, str(tmp_path / "job"), str(scratch)))
+    assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
+    assert not verdicts["test_gelu_new"]["passed"], verdicts
+    assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
