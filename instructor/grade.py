@@ -738,18 +738,26 @@ class Grader:
                 running_checks[key] = item
                 folder = self.course / "judge" / item.student
                 self._prepare_probes(item, key)
-                server.send(
-                    {
-                        "id": key,
-                        "plan": read_json(folder / f"{item.notebook}.plan.json"),
-                        "cell_timeout": self.args.cell_timeout,
-                        "notebook_timeout": self.args.notebook_timeout,
-                        "memory_bytes": int(self.args.memory_gb * (1 << 30)),
-                        "probes": str(item.probes.folder) if item.probes else None,
-                    },
-                    float("inf"),
-                    None,
-                )
+                try:
+                    server.send(
+                        {
+                            "id": key,
+                            "plan": read_json(folder / f"{item.notebook}.plan.json"),
+                            "cell_timeout": self.args.cell_timeout,
+                            "notebook_timeout": self.args.notebook_timeout,
+                            "memory_bytes": int(self.args.memory_gb * (1 << 30)),
+                            "probes": str(item.probes.folder) if item.probes else None,
+                        },
+                        float("inf"),
+                        None,
+                    )
+                except OSError:  # the template ended between two reads (a pipe closed): handled as its death
+                    try:
+                        selector.unregister(server.popen.stdout)
+                    except (KeyError, ValueError):
+                        pass
+                    server = self._server_died(server, running_checks, to_check, selector)
+                    break
                 server.busy = None
                 busy += 1
             # wait for replies

@@ -2497,12 +2497,18 @@ print(json.dumps(judge.verdicts(prepared)))
 """
 
 
-def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_outputs(tmp_path):
-    scratch = tmp_path / "home"
-    scratch.mkdir()
-    os.chmod(tmp_path, 0o755)
-    os.chmod(scratch, 0o777)
-    verdicts = json.loads(child_says(FORGED_PHASE, str(tmp_path / "job"), str(scratch)))
+def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_outputs():
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="forged-phase-"))  # pytest's own folders are closed to `nobody`
+    try:
+        os.chmod(top, 0o755)
+        scratch = top / "home"
+        scratch.mkdir()
+        os.chmod(scratch, 0o777)
+        verdicts = json.loads(child_says(FORGED_PHASE, str(top / "job"), str(scratch)))
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
     assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
