@@ -127,6 +127,12 @@ NOTEBOOK_SECONDS = {
 }
 
 
+def as_code(text: str) -> str:
+    """`text` as one Markdown code span, shown as it is: a verdict can quote the learner's own exception text, and
+    nbgrader renders comments as Markdown into the feedback page (a `<script>` and a `javascript:` link were live)."""
+    return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
+
+
 @dataclass
 class Item:
     student: str
@@ -1068,7 +1074,7 @@ class Grader:
                 if test.exercise:
                     item.comments[test.exercise] = (
                         f"The grader ran {test.grade_id}'s code on fresh inputs and compared the result with the "
-                        f"course's; it differs, so it scores 0: {verdict['message']}"
+                        f"course's; it differs, so it scores 0: {as_code(verdict['message'])}"
                     )
             item.overrides[test.grade_id] = {"score": score if auto is None or score != nb_score else None}
             item.rows.append(

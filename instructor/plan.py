@@ -55,7 +55,7 @@ def _is_name_target(target: ast.AST) -> bool:
         return True
     if isinstance(target, (ast.Tuple, ast.List)):
         return all(_is_name_target(t) for t in target.elts)
-    return False
+    return isinstance(target, ast.Starred) and _is_name_target(target.value)  # `A, *REST = ...`
 
 
 def _sets_own(stmt: ast.stmt, own: frozenset[str]) -> bool:
@@ -96,7 +96,8 @@ def _is_definition(stmt: ast.stmt, own: frozenset[str] = frozenset()) -> bool:
     keep |= isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets)
     keep |= isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
     keep |= _sets_own(stmt, own) or _binds_through_namespace(stmt)
-    return keep or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+    # a constant or a bare name as a statement does nothing (`try: _CACHE` / `except NameError: _CACHE = {}`)
+    return keep or isinstance(stmt, ast.Expr) and isinstance(stmt.value, (ast.Constant, ast.Name))
 
 
 _FILLS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})

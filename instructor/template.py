@@ -47,16 +47,18 @@ def _short(err: BaseException) -> str:
     return text if len(text) < 600 else text[:600] + " ..."
 
 
-def _execute(statement, filename: str, namespace: dict, timeout: float) -> str | None:
+def _execute(statement, filename: str, namespace: dict, timeout: float, flags: int = 0) -> str | None:
     """Run one statement of the plan (source text, or a statement parsed from its cell, whose line numbers it
     keeps, so that tracebacks, `inspect.getsource` and `torch.jit.script` find its lines in the whole cell's source,
     which the caller registered); the error (or None)."""
     try:
+        # not this module's own `from __future__ import annotations` (annotations were strings in the judge's child
+        # and objects in the kernel): only what the cell itself asked for
         if isinstance(statement, str):
-            code = compile(statement, filename, "exec")
+            code = compile(statement, filename, "exec", flags=flags, dont_inherit=True)
             linecache.cache[filename] = (len(statement), None, statement.splitlines(True), filename)
         else:
-            code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec")
+            code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec", flags, True)
     except SyntaxError as err:
         return f"SyntaxError: {err.msg} (line {err.lineno})"
     signal.setitimer(signal.ITIMER_REAL, max(0.5, timeout), 1.0)
@@ -90,7 +92,27 @@ def probe_steps(steps: list[dict]) -> list[dict]:
     return kept[::-1]
 
 
-def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, probes, confine=None) -> None:
+def _own_out(out_dir: str, uid: int | None) -> bool:
+    """A tmpfs of its own on a phase's outputs' folder, bounded (64 MB and 1,024 files, for its uid): nothing a phase
+    writes there is left for the next (its files, the folder's extended attributes and times), and it cannot fill
+    the folder the judge's jobs of every student share (a phase that filled its inodes made two other students'
+    probes fail). False where no mount can be made (unsandboxed): the folder is emptied instead."""
+    if uid is None:
+        return False
+    from instructor.sandbox import _MS_NODEV, _MS_NOEXEC, _MS_NOSUID, _libc, _mount
+
+    try:
+        options = f"size={80 << 20},nr_inodes=1024,mode=0700,uid={uid},gid={uid}"
+        _mount(_libc(), "tmpfs", out_dir, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, options)
+        return True
+    except OSError as err:
+        print(f"the outputs' folder could not get a tmpfs of its own: {err}", file=sys.stderr)
+        return False
+
+
+def run_probe_plan(
+    plan: dict, cell_timeout: float, notebook_timeout: float, probes, confine=None, out_uid: int | None = None
+) -> None:
     """The learner's definitions and the given cells they need, statement by statement (a statement that fails,
     such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes.
 
@@ -114,6 +136,7 @@ def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, pro
     kept: dict[str, bytes] = {}
     for index, names in enumerate(groups):
         scratch = None if confine is not None else tempfile.mkdtemp(prefix=f"phase-{index}-", dir=os.getcwd())
+        mounted = out_dir is not None and _own_out(out_dir, out_uid)
         pid = os.fork()
         if pid == 0:
             try:
@@ -141,6 +164,10 @@ def run_probe_plan(plan: dict, cell_timeout: float, notebook_timeout: float, pro
             remove_tree(scratch)
         if out_dir is not None:
             kept |= _read_files(out_dir, phase_files(index))
+            if mounted:
+                from instructor.sandbox import _libc
+
+                _libc().umount2(out_dir.encode(), 2)  # MNT_DETACH: gone with everything in it
             for entry in os.listdir(out_dir):
                 remove_tree(os.path.join(out_dir, entry))
     for name, data in kept.items():
@@ -194,9 +221,11 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
             continue
         lines = step["code"].splitlines(True)
         linecache.cache[step["filename"]] = (len(step["code"]), None, lines, step["filename"])
+        future = "from __future__ import annotations" in step["code"]
+        flags = __import__("__future__").annotations.compiler_flag if future else 0
         for statement in statements:
             timeout = min(cell_timeout, deadline - time.monotonic())
-            error = _execute(statement, step["filename"], ns, timeout)
+            error = _execute(statement, step["filename"], ns, timeout, flags)
             if error:
                 print(f"{step['filename']}: {error}", file=sys.stderr)
                 if step["kind"] == "learner":
@@ -694,7 +723,7 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
     print(f"set-up (inputs, earlier answers): {time.monotonic() - started:.2f} s", file=sys.stderr)
     os.environ.setdefault("MPLBACKEND", "Agg")
     job.clear()
-    run_probe_plan(plan, plan["_cell_timeout"], plan["_notebook_timeout"], probes, confine)
+    run_probe_plan(plan, plan["_cell_timeout"], plan["_notebook_timeout"], probes, confine, uid)
 
 
 def _kernel_child(request: dict, confinement, slot: int) -> None:

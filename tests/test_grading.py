@@ -940,6 +940,10 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
         assert line in kept, kept
     assert "torch.allclose" not in kept and "math.pi = 3" not in kept and "for i" not in kept and "print" not in kept
     assert len(dropped) == 4, dropped
+    # ... a starred target, and a cache made where a bare name raises NameError (a red-team review: both dropped)
+    code = "MEAN_DIM, *NOTES = (-1, 'over d_model')\ntry:\n    _CACHE\nexcept NameError:\n    _CACHE = {}\n"
+    tree, dropped = definitions_only(ast.parse(code))
+    assert "MEAN_DIM, *NOTES = " in ast.unparse(tree) and "_CACHE = {}" in ast.unparse(tree) and not dropped
 
 
 def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
@@ -1354,3 +1358,16 @@ def test_a_method_added_to_the_learners_own_class_after_it_is_kept():
     code = "exec(HELPER, globals())\nglobals()['C0'] = 0.044715\nglobals().update(C1=1.0)\nprint(C0)\n"
     tree, dropped = definitions_only(ast.parse(code))
     assert "print" not in ast.unparse(tree) and len(tree.body) == 3 and len(dropped) == 1
+
+
+def test_a_verdict_quoting_the_learners_text_is_shown_as_text_in_the_feedback():
+    """A red-team review raised, in the judge only, an exception whose text held HTML and a Markdown link: the
+    feedback page rendered them live."""
+    from nbconvert.filters.markdown import markdown2html
+
+    from instructor.grade import as_code
+
+    said = "judge: raised ValueError: <script>alert(1)</script> [x](javascript:alert(1)) `code`\n<img src=x>"
+    page = markdown2html(f"it differs: {as_code(said)}")
+    assert "<script>" not in page and "<img" not in page and "href=" not in page, page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, page
