@@ -1371,3 +1371,21 @@ def test_a_verdict_quoting_the_learners_text_is_shown_as_text_in_the_feedback():
     page = markdown2html(f"it differs: {as_code(said)}")
     assert "<script>" not in page and "<img" not in page and "href=" not in page, page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, page
+
+
+def test_a_learners_tree_of_any_depth_is_removed(tmp_path):
+    """A kernel's folder 3,000 levels deep made the removal (shutil.rmtree, recursive) raise RecursionError and
+    stopped a whole batch before its CSVs; a sibling: a tree just as deep under a file-system path, not a socket's."""
+    from instructor.sandbox import remove_tree
+
+    top = tmp_path / "deep"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        deeper = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.close(fd)
+    remove_tree(top)
+    assert not top.exists()

@@ -2512,3 +2512,54 @@ def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_out
     assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
+
+
+# Siblings of red-team round 6's cases: another fused backend operator that takes its activation as an argument
+# (round 6 used `mkldnn::_linear_pointwise`), refused in every probe; torch's local response norm as a module (round 6
+# used the function) refused in 01.
+BACKEND_OP = """
+import json, torch
+from instructor.probe_runner import _take_out
+from instructor.rules import BACKEND_OPS, forbidden_ops
+assert all(rule in forbidden_ops(nb, "x") for rule in BACKEND_OPS for nb in ("00_tour", "04_mlp_and_block"))
+said = []
+x, w = torch.randn(1, 1, 4, 4), torch.randn(1, 1, 1, 1)
+for _ in range(2):
+    try:
+        torch.ops.mkldnn._convolution_pointwise(x, w, None, [0, 0], [1, 1], [1, 1], 1, "gelu", [], "tanh")
+        said.append("ran")
+    except RuntimeError as err:
+        said.append(str(err)[:120])
+    _take_out(BACKEND_OPS)
+print(json.dumps(said))
+"""
+
+
+def test_a_fused_backend_operator_is_refused_in_every_probe():
+    before, after, *_ = json.loads(child_says(BACKEND_OP))
+    assert before == "ran", before  # the route works where nothing is taken out
+    assert "forbids mkldnn::_convolution_pointwise" in after, after
+
+
+def test_torchs_local_response_norm_module_fails_01(tmp_path):
+    code = NO_NORMALISATION.replace(
+        "        return residual * self.w + self.b\n",
+        "        d = residual.shape[-1]\n        centred = residual - residual.mean(-1, keepdim=True)\n"
+        "        lrn = nn.LocalResponseNorm(d, alpha=d, beta=0.5, k=self.cfg.layer_norm_eps)\n"
+        "        return lrn(centred.reshape(-1, d, 1)).reshape(residual.shape) * self.w + self.b\n",
+    )
+    verdict = verdict_of(LN, "test_layernorm", learner(code), tmp_path)
+    assert not verdict["passed"] and "normalization.py" in verdict["message"], verdict
+
+
+def test_the_feeder_reads_a_probes_name_of_64_bytes_at_most():
+    import socket
+
+    ours, theirs = socket.socketpair()
+    try:
+        probe_runner._feed(ours.fileno(), b"p" * 65)
+        with pytest.raises(EOFError):
+            probe_runner._fed(theirs.fileno(), limit=64)
+    finally:
+        ours.close()
+        theirs.close()
