@@ -1,12 +1,12 @@
 """Which code of a submission the judge's probe child runs, in which order: the plan, built without running anything.
 
 The probe child (`instructor.template.run_probe_plan`) runs the learner's *definitions* (imports, functions,
-classes, plain assignments, also under an `if`, a `try` or a `with`) from the exercises and from cells they added,
-with the instructor's own given cells that those definitions need, and then the judge's probes
-(`instructor.judge`). Top-level statements that do something (calls, loops, `torch.x = ...`, a training run) are
-dropped: they cost time and decide nothing, since every verdict is computed outside the learner's process. Nothing
-is refused here by what the code names: what an exercise may not run is refused where it runs (the operators taken
-out of the probe child, the record, the sandbox).
+classes, plain assignments, tables a cell fills in, also under an `if`, a `try`, a `with` or a loop) from the
+exercises and from cells they added, with the instructor's own given cells that those definitions need, and then
+the judge's probes (`instructor.judge`). Top-level statements that do something (calls, `torch.x = ...`, a training
+run) are dropped: they cost time and decide nothing, since every verdict is computed outside the learner's process.
+Nothing is refused here by what the code names: what an exercise may not run is refused where it runs (the operators
+taken out of the probe child, the record, the sandbox).
 
 A cell the parser cannot take (a syntax error, an expression nested too deep for it) is reported on that cell;
 nothing in a submission stops the plan from being built.
@@ -123,14 +123,20 @@ def _fills_own_data(stmt: ast.stmt, data: set[str]) -> bool:
     return False
 
 
-def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt], own: frozenset[str] = frozenset()) -> list[ast.stmt]:
-    """The definitions of `body`. An `if`, `try` or `with` that defines something is kept with only its definitions
-    (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`): its condition or context
-    runs as an assignment's value would; a `try` whose body holds an action is dropped whole. Loops and everything
-    else are actions, dropped into `dropped`."""
+def _definitions_in(
+    body: list[ast.stmt], dropped: list[ast.stmt], own: frozenset[str] = frozenset(), data: frozenset[str] = frozenset()
+) -> list[ast.stmt]:
+    """The definitions of `body`. An `if`, `try`, `with`, `for` or `while` that defines something is kept with only
+    its definitions (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`, a table
+    filled in or methods attached by a loop): its condition, context or iterable runs as an assignment's value
+    would; a `try` whose body holds an action is dropped whole. Everything else is an action, dropped into
+    `dropped`. `data`: the names an enclosing body bound to values of its own, which this one may fill in."""
     kept = []
-    data: set[str] = set()  # names this body binds to values of its own (`C = {}`), which it may then fill in
+    data = set(data)  # names this body binds to values of its own (`C = {}`), which it may then fill in
     for stmt in body:
+        if isinstance(stmt, (ast.Break, ast.Continue)):  # a kept loop's own control flow
+            kept.append(stmt)
+            continue
         if _is_definition(stmt, own) or _fills_own_data(stmt, data):
             kept.append(stmt)
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -141,13 +147,13 @@ def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt], own: frozense
                     if isinstance(n, ast.Name)
                 }
             continue
-        if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With)):
+        if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For, ast.While)):
             inner: list[ast.stmt] = []
             node = copy.copy(stmt)
             fields = ["body", "orelse", "finalbody"]
             for field in fields:
                 if hasattr(node, field):
-                    part = _definitions_in(getattr(stmt, field), inner, own)
+                    part = _definitions_in(getattr(stmt, field), inner, own, frozenset(data))
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
             if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
                 # an action dropped from a `try` body could have raised and sent the code to a handler: without
@@ -157,10 +163,9 @@ def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt], own: frozense
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:
-                    handler.body = _definitions_in(handler.body, inner, own) or [ast.Pass()]
-            defines = any(
-                not isinstance(n, ast.Pass) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node
-            )
+                    handler.body = _definitions_in(handler.body, inner, own, frozenset(data)) or [ast.Pass()]
+            idle = (ast.Pass,) if isinstance(stmt, ast.If) else (ast.Pass, ast.Break, ast.Continue)
+            defines = any(not isinstance(n, idle) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node)
             if defines:
                 kept.append(ast.fix_missing_locations(ast.copy_location(node, stmt)))
                 dropped.extend(inner)
@@ -172,7 +177,7 @@ def _definitions_in(body: list[ast.stmt], dropped: list[ast.stmt], own: frozense
 def definitions_only(tree: ast.Module, own: frozenset[str] = frozenset()) -> tuple[ast.Module, list[str]]:
     """`tree` with only imports, function/class definitions, assignments to plain names and attributes set on the
     classes and functions named in `own` (the notebook's: a method added after its class), also inside an `if`, a
-    `try` or a `with`; and what was dropped."""
+    `try`, a `with` or a loop; and what was dropped."""
     dropped: list[ast.stmt] = []
     kept = _definitions_in(tree.body, dropped, own)
     notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]

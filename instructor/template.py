@@ -206,8 +206,10 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
         if taken:
             print(f"phase {index}: operators taken out of this process: {len(taken)}", file=sys.stderr)
         refuse_native_routes()
-    module = types.ModuleType("__notebook__")
-    sys.modules["__notebook__"] = module
+    # the notebook's module is `__main__`, as in the kernel: a script's `if __name__ == "__main__":` around settings
+    # ran there and not here, and an honest notebook lost 02's points (this phase never needs the template's own)
+    module = types.ModuleType("__main__")
+    sys.modules["__main__"] = module
     ns = module.__dict__
     ns["__builtins__"] = builtins
     ns["get_ipython"] = _IPythonStub()

@@ -342,7 +342,12 @@ class PosEmbed(nn.Module):
     # honest but unusual (issue #20): a cached function, a helper reached through functools.partial
     nb = solve(emb(), EMB, "embed", "pos_embed", "sinusoidal")
     text = cell_source(nb["cells"][index_of(nb, "sinusoidal")])
-    set_source(nb, "sinusoidal", "import functools\n\n\n@functools.lru_cache(maxsize=None)\n" + text)
+    # ... under a script's `if __name__ == "__main__":` guard, a constant it uses (a red-team review: the judge's
+    # child named its module otherwise, and the honest notebook lost 02's points)
+    text = text.replace("1.0 / 10000 **", "1.0 / BASE **")
+    assert "BASE **" in text
+    guarded = 'if __name__ == "__main__":\n    BASE = 10000.0\n\n\n'
+    set_source(nb, "sinusoidal", guarded + "import functools\n\n\n@functools.lru_cache(maxsize=None)\n" + text)
     text = cell_source(nb["cells"][index_of(nb, "embed")]).replace(
         "return self.W_E[tokens]", "return _lookup(self.W_E, tokens)"
     )
@@ -365,6 +370,17 @@ class PosEmbed(nn.Module):
             "+ self.cfg.layer_norm_eps", "+ _eps(self.cfg)"
         )
     )
+    # ... and a table filled in by a top-level `for`, a method attached by another (a red-team review: loops were
+    # dropped as actions, and both honest notebooks lost their points)
+    ln_text = (
+        "_DIMS = {}\nfor _name, _dim in (('features', -1),):\n    _DIMS[_name] = _dim\n\n\n"
+        + ln_text.replace("+ _eps(self.cfg)", "+ self.eps_used()").replace(
+            "self.cfg = cfg\n", "self.cfg = cfg\n        assert _DIMS['features'] == -1\n"
+        )
+        + "\n\nfor _name, _method in {'eps_used': lambda self: _eps(self.cfg)}.items():\n"
+        "    setattr(LayerNorm, _name, _method)\n"
+    )
+    assert "self.eps_used()" in ln_text and "_DIMS['features']" in ln_text
     out["unusual_honest"] = {EMB: set_source(nb, "embed", helpers + text), LN: set_source(ln(), "layernorm", ln_text)}
     # ... a helper module written with %%writefile and imported, a sanity check with torch.testing.assert_close,
     # a torch.vmap in the forward (a red-team review: the import failed in the kernel and the judge's child, the two
@@ -927,19 +943,27 @@ def test_definitions_only_drops_top_level_actions():
 
 
 def test_definitions_only_keeps_a_table_the_cell_fills_in():
-    """A table of constants built up at top level (a red-team review: an honest gelu_new reading
-    `C["sqrt_2_over_pi"]` lost 04's points while these were dropped as actions); not a library's names, nor a loop."""
+    """A table of constants built up at top level, also by a loop (red-team reviews: an honest gelu_new reading
+    `C["sqrt_2_over_pi"]` lost 04's points while these were dropped as actions, then one whose table a `for` filled
+    in); not a library's names, nor a loop that only acts."""
     code = (
         "import math\nimport torch\nC = {}\nC['sqrt_2_over_pi'] = math.sqrt(2 / math.pi)\nC.update(k=0.044715)\n"
         "ROWS = []\nROWS.append(1)\nROWS += [2]\nN = 0\nN += 1\ntorch.allclose = None\nmath.pi = 3\n"
-        "for i in range(3):\n    ROWS.append(i)\nprint(C)\n"
+        "for i in range(3):\n    ROWS.append(i)\n    print(i)\n    if i == 1:\n        break\n"
+        "for name, value in (('cubic', 0.044715),):\n    C[name] = value\n"
+        "while len(ROWS) < 9:\n    ROWS.append(0)\n"
+        "for step in range(3):\n    train_step()\n    continue\nprint(C)\n"
     )
     tree, dropped = definitions_only(ast.parse(code))
     kept = ast.unparse(tree)
     for line in ("C['sqrt_2_over_pi'] = ", "C.update(k=0.044715)", "ROWS.append(1)", "ROWS += [2]", "N += 1"):
         assert line in kept, kept
-    assert "torch.allclose" not in kept and "math.pi = 3" not in kept and "for i" not in kept and "print" not in kept
-    assert len(dropped) == 4, dropped
+    assert "torch.allclose" not in kept and "math.pi = 3" not in kept and "print" not in kept
+    assert "for step" not in kept and "train_step" not in kept
+    namespace = {}
+    exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
+    assert namespace["C"]["cubic"] == 0.044715 and namespace["ROWS"] == [1, 2, 0, 1, 0, 0, 0, 0, 0]  # `break` kept
+    assert len(dropped) == 5, dropped  # torch.allclose, math.pi, print(i), the loop that only acts, print(C)
     # ... a starred target, and a cache made where a bare name raises NameError (a red-team review: both dropped)
     code = "MEAN_DIM, *NOTES = (-1, 'over d_model')\ntry:\n    _CACHE\nexcept NameError:\n    _CACHE = {}\n"
     tree, dropped = definitions_only(ast.parse(code))
@@ -953,14 +977,14 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
         "if torch.cuda.is_available():\n    DEVICE = 'cuda'\n    print('gpu')\nelse:\n    DEVICE = 'cpu'\n"
         "try:\n    from einops import reduce\nexcept ImportError:\n    reduce = None\n    print('none')\n"
         "with torch.no_grad():\n    W = torch.ones(3)\n"
-        "if DEBUG:\n    print(1)\nfor i in range(3):\n    X = i\n"
+        "if DEBUG:\n    print(1)\nfor i in range(3):\n    X = i\nfor i in range(3):\n    print(i)\n"
     )
     tree, dropped = definitions_only(ast.parse(code))
     namespace = {"torch": torch}
     exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
     assert namespace["DEVICE"] == "cpu" and namespace["reduce"] is not None and "W" in namespace
-    assert "X" not in namespace and "print" not in ast.unparse(tree)
-    assert len(dropped) == 4  # two prints, the `if DEBUG` and the loop
+    assert namespace["X"] == 2 and "print" not in ast.unparse(tree)
+    assert len(dropped) == 4  # two prints, the `if DEBUG` and the loop that only prints
     # a `try` whose body holds an action is dropped whole: without the action its definitions would always run
     tree, dropped = definitions_only(ast.parse("try:\n    connect()\n    X = None\nexcept OSError:\n    X = 1\n"))
     assert not tree.body and len(dropped) == 1
