@@ -301,23 +301,24 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("real", (0.01, 0.3)),
             output="param_groups",
         ),
-        _fn(  # a few steps of the learner's addition loop on the judge's model, every batch the judge's (in order,
-            # whatever seed the loop asks for), then again with another args.seed: the weights, the losses and the
-            # seeds it asked for are judged here
+        _fn(  # a few steps of the learner's addition loop on the judge's model, the problems of each seed it asks
+            # for the judge's, then again with another args.seed: the seeds it reported are judged here, once the
+            # course's loop, replayed on the problems of those seeds, trained the weights and losses it returned
             "test_train_addition",
             "train_addition",
             ("course_weights", ("05_full_gpt2", "DemoTransformer")),
             ("train_args", None),
             ("int", (1, 3)),
-            ("addition_batches", (1, 2)),
+            ("addition_key", None),
             output="dict",
             script="addition_run",
             expect="addition_run",
             compare="addition_run",
         ),
         _fn(  # distinct windows: the batches the loop trains on (their size, fresh ones, training windows only),
-            # judged against the arguments, whatever way of drawing them; first, so that a wrong batch is named as
-            # the cause (the weights of the probe below differ too)
+            # judged against the arguments, whatever way of drawing them, once the course's loop, replayed on those
+            # batches, trained the weights it returned; first, so that a wrong batch is named as the cause (the
+            # weights of the probe below differ too)
             "test_train",
             "train",
             ("course_weights", ("05_full_gpt2", "DemoTransformer")),
@@ -798,21 +799,32 @@ def _sampling_orders(course, logits, tokens, temperature, top_k, top_p, frequenc
 def _train_batches(course, model, train_windows, val_windows, args) -> dict:
     """What the batches of `train` must be, from the course's loop on the same arguments: as many, of the same
     shape, rows of `train_windows` only (never of `val_windows`), and fresh ones (at least half as many distinct
-    batches as steps: among 64 windows a right loop repeats a batch about once in 4,000 pairs of steps)."""
+    batches as steps: among 64 windows a right loop repeats a batch about once in 4,000 pairs of steps); and
+    "replay": the weights the course's loop trains from the same start on the batches a learner's record shows."""
     import contextlib
+    import copy
     import io
 
-    from instructor.probe_runner import train_batches
+    from instructor.probe_runner import ReplayedWindows, train_batches
 
+    start = copy.deepcopy(model)
     with contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
         batches = train_batches(course.train, model, train_windows, val_windows, args)
+
+    def replay(recorded: list) -> dict:
+        again = copy.deepcopy(start)
+        with contextlib.redirect_stderr(io.StringIO()):
+            out = train_batches(course.train, again, ReplayedWindows(recorded, len(train_windows)), val_windows, args)
+        return {key: value for key, value in out.items() if key.startswith("w.")}
+
     return {
-        "batches": len(batches),
+        "batches": sum(key.startswith("batch.") for key in batches),
         "shape": tuple(batches["batch.0"].shape),
         "batch_size": args.batch_size,
         "max_steps": args.max_steps,
         "train": train_windows,
         "val": val_windows,
+        "replay": replay,
     }
 
 
@@ -831,12 +843,21 @@ def _trained_weights(course, model, train_windows, val_windows, args) -> dict:
         return trained_weights(course.train, model, train_windows, val_windows, args)
 
 
-def _addition_run(course, model, args, n_digits, batches) -> dict:
+def _addition_run(course, model, args, n_digits, key) -> dict:
+    """What the addition loop's calls must be (one a step, of args.batch_size problems of n_digits digits), and
+    "replay": the course's loop run from the same start on the problems of the calls a learner's record shows."""
+    import copy
+
     from instructor.probe_runner import addition_run
 
-    return addition_run(
-        course.train_addition, model, args, n_digits, batches, namespace=course.train_addition.__globals__
-    )
+    start = copy.deepcopy(model)
+
+    def replay(claimed: list) -> dict:
+        again = copy.deepcopy(start)
+        globals_ = course.train_addition.__globals__
+        return addition_run(course.train_addition, again, args, n_digits, key, namespace=globals_, claimed=claimed)
+
+    return {"steps": args.max_steps, "batch_size": args.batch_size, "n_digits": n_digits, "replay": replay}
 
 
 def _cached_steps(course, model, tokens, other, new_tokens) -> dict:
@@ -1140,7 +1161,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
-    if kind in ("run_cache", "addition_batches", "finishing_eos", "generate_eos"):
+    if kind in ("run_cache", "addition_key", "finishing_eos", "generate_eos"):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
         fields = {
@@ -1351,16 +1372,9 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                 finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
                 drawn[j] = (finish(course, *(drawn[k][0] for k in param)),)
                 drawn[j] += ({"value": drawn[j][0]},)
-            if kind == "addition_batches":  # the problems of every step, for the arguments' batch size and digits
-                args_at, digits_at = param
-                train_args, n_digits = drawn[args_at][0], drawn[digits_at][0]
-                pairs = [
-                    course.addition_data(train_args.batch_size, n_digits, seed=_randint(0, 2**31, gen))
-                    for _ in range(train_args.max_steps)
-                ]
-                batches = {"tokens": torch.stack([t for t, _ in pairs]), "mask": torch.stack([m for _, m in pairs])}
-                tensors.update({f"{name}.in{j}.{key}": value for key, value in batches.items()})
-                drawn[j] = (batches, {"tensors": f"{name}.in{j}."})
+            if kind == "addition_key":  # what the stand-in's problems are drawn with, besides the seed asked for
+                key = secrets.randbits(62)
+                drawn[j] = (key, {"value": key})
         entry = {
             "name": name,
             "grade_id": probe.grade_id,
@@ -1401,7 +1415,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
         prepared.probes[name] = probe
         if probe.output == "tuple" and not probe.expect:
             expected = {str(i): value for i, value in enumerate(expected)}
-        if probe.expect in ("segment_rules", "train_batches"):
+        if probe.expect in ("segment_rules", "train_batches", "addition_run"):
             prepared.expected[name] = expected
         elif probe.expect == "sampling_orders" or probe.output in ("dict", "tuple"):
             prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
@@ -1635,30 +1649,34 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
 
 def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
     """The addition loop: what it asked `addition_data` for (one call per step, the arguments' batch size and
-    digits, a seed of its own at every step that changes with args.seed), then its losses and trained weights
-    against the course's loop on the same batches."""
+    digits, a seed of its own at every step that changes with args.seed), once its record is shown true: the
+    course's loop, replayed on the problems of the calls recorded, trains the weights and losses it returned."""
     import torch
 
-    calls = {run: got.get(f"calls.{run}") for run in (0, 1)}
-    if any(c is None or c.dtype != torch.int64 or c.dim() != 2 or c.shape[-1] != 3 for c in calls.values()):
+    calls = [got.get(f"calls.{run}") for run in (0, 1)]
+    if any(c is None or c.dtype != torch.int64 or c.dim() != 2 or c.shape[-1] != 3 for c in calls):
         return "no record of the calls to addition_data"
-    due = expected["calls.0"]  # the course's calls: one a step, [n, n_digits, seed]
-    steps, batch_size, n_digits = len(due), int(due[0, 0]), int(due[0, 1])
-    if len(calls[0]) != steps:
-        return f"addition_data was called {len(calls[0])} times in {steps} steps (one fresh batch a step)"
-    if (calls[0][:, 0] != batch_size).any():
-        return f"addition_data was asked for {calls[0][:, 0].tolist()} problems, not args.batch_size = {batch_size}"
-    if (calls[0][:, 1] != n_digits).any():
-        return f"addition_data was asked for {calls[0][:, 1].tolist()} digits, not n_digits = {n_digits}"
+    steps, batch_size, n_digits = expected["steps"], expected["batch_size"], expected["n_digits"]
+    for run, asked in enumerate(calls):
+        again = " in a second run, with args.seed + 1" if run else ""
+        if len(asked) != steps:
+            return f"addition_data was called {len(asked)} times in {steps} steps{again} (one fresh batch a step)"
+        if (asked[:, 0] != batch_size).any():
+            return f"addition_data was asked for {asked[:, 0].tolist()} problems{again}, not args.batch_size = {batch_size}"
+        if (asked[:, 1] != n_digits).any():
+            return f"addition_data was asked for {asked[:, 1].tolist()} digits{again}, not n_digits = {n_digits}"
+    replayed = expected["replay"]([c.tolist() for c in calls])
+    for key, want in replayed.items():
+        if key.startswith("calls."):  # the course's own seeds, not what is judged
+            continue
+        why = _compare_tensor(probe, got.get(key), want, what=key)
+        if why is not None:
+            return why + " (against the course's loop on the problems of the seeds train_addition asked for)"
     seeds = calls[0][:, 2].tolist()
     if len(set(seeds)) < steps:
         return f"the seeds given to addition_data repeat ({seeds}): every step needs problems of its own"
-    if len(calls[1]) == steps and torch.equal(calls[1][:, 2], calls[0][:, 2]):
+    if torch.equal(calls[1][:, 2], calls[0][:, 2]):
         return f"changing args.seed changed none of the seeds given to addition_data ({seeds})"
-    for key in ["losses"] + [k for k in expected if k.startswith("w.")]:
-        why = _compare_tensor(probe, got.get(key), expected[key], what=key)
-        if why is not None:
-            return why + " (trained on the same batches as the course's loop)"
     return None
 
 
@@ -1732,12 +1750,12 @@ def _compare_lengths(probe: Probe, got: dict, expected: dict) -> str | None:
     return why
 
 
-def _compare_train_batches(got: dict, rules: dict) -> str | None:
+def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     """The batches `train` trained on, against the course's loop on the same arguments (`_train_batches`)."""
     import torch
 
-    batches = [got.get(f"batch.{i}") for i in range(len(got))]
-    if any(not isinstance(b, torch.Tensor) for b in batches):
+    batches = [got.get(f"batch.{i}") for i in range(sum(key.startswith("batch.") for key in got))]
+    if not batches or any(not isinstance(b, torch.Tensor) for b in batches):
         return "no record of the batches the model was trained on"
     steps, size = rules["max_steps"], rules["batch_size"]
     for i, batch in enumerate(batches):
@@ -1758,6 +1776,15 @@ def _compare_train_batches(got: dict, rules: dict) -> str | None:
     distinct = len({tuple(map(tuple, batch.tolist())) for batch in batches})
     if distinct < steps // 2:
         return f"trained on {distinct} distinct batch(es) in {steps} steps: draw a new random batch every step"
+    close = replace(probe, compare="close", atol=1e-4)  # as the trained weights' probe
+    for key, want in rules["replay"](batches).items():
+        why = _compare_tensor(close, got.get(key), want, what=f"the trained {key[2:]}")
+        if why is not None:
+            return (
+                f"{why}, against the course's loop replayed on the batches the model's embedding saw in training "
+                "mode: the update differs from the course's (the learning rate of each step, zero_grad, clipping, "
+                "AdamW's settings), or the model was trained on batches other than those it embedded in training mode"
+            )
     return None
 
 
@@ -1805,7 +1832,7 @@ def compare(probe: Probe, got, expected) -> str | None:
     if probe.compare == "model_lengths":
         return _compare_lengths(probe, got, expected)
     if probe.compare == "train_batches":
-        return _compare_train_batches(got, expected)
+        return _compare_train_batches(probe, got, expected)
     if probe.compare == "initial_stats":
         return _compare_initial(probe, got, expected)
     if probe.compare == "padding_appended":

@@ -749,11 +749,34 @@ def trained_weights(train, model, train_windows, val_windows, args) -> dict:
     return {name: p.detach() for name, p in model.named_parameters() if _informative(name)}
 
 
-def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, namespace: dict) -> dict:
+def addition_problems(key: int, n: int, n_digits: int, seed: int):
+    """The judge's stand-in for `addition_data(n, n_digits, seed)`: `n` token rows "digits + digits = digits" with the
+    answer's mask, drawn from a generator seeded by the judge's `key` and `seed` together. A function of the seed
+    asked for, made the same way in the child and in the judge: the weights a loop trains are then a record of the
+    seeds it asked for, which the judge replays outside (`addition_run`)."""
+    import hashlib
+
+    import torch
+
+    mixed = hashlib.blake2b(f"{key}:{seed}".encode(), digest_size=8).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(mixed, "big") >> 1)
+    tokens = torch.randint(10, (n, 3 * n_digits + 3), generator=gen)  # [n seq]
+    tokens[:, n_digits], tokens[:, 2 * n_digits + 1] = 10, 11  # PLUS, EQUALS
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[:, -(n_digits + 1) :] = True
+    return tokens, mask
+
+
+def addition_run(train_addition, model, args, n_digits: int, key: int, *, namespace: dict, claimed=None) -> dict:
     """The learner's addition loop run twice on copies of `model`: with `args`, then with `args.seed + 1`. While it
-    runs, the notebook's `addition_data` answers each call with the judge's next batch, whatever seed is asked for
-    (so any way of deriving seeds trains on the same problems), and records what was asked. Returns the first
-    run's trained weights ("w.<name>") and losses, and each run's calls as (n, n_digits, seed) rows ("calls.<run>")."""
+    runs, the notebook's `addition_data` answers each call with the judge's problems for the seed asked for
+    (`addition_problems`), and records the call. Returns each run's calls as (n, n_digits, seed) rows
+    ("calls.<run>"), losses ("losses.<run>") and trained weights ("w<run>.<name>").
+
+    The record is the learner's to forge, the weights are not: the judge replays the course's loop outside with
+    `claimed` (the calls the child reported), each run's k-th call then answered with the problems of the k-th
+    claimed one, and compares the weights and losses. A loop that asked for one seed and reported others trained on
+    problems its record does not show."""
     import contextlib
     import copy
     import inspect
@@ -761,42 +784,47 @@ def addition_run(train_addition, model, args, n_digits: int, batches: dict, *, n
 
     import torch
 
-    tokens, masks = batches["tokens"], batches["mask"]  # [steps batch seq] each
     calls: list[list[int]] = []
+    run = 0
 
     def addition_data(n, n_digits, seed=0):
         if not all(isinstance(x, int) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in (n, n_digits, seed)):
             raise ProbeError("addition_data was called with arguments that are not integers")
-        calls.append([int(n), int(n_digits), int(seed)])
-        step = min(len(calls) - 1, len(tokens) - 1)
-        return tokens[step].clone(), masks[step].clone()
+        asked = [int(n), int(n_digits), int(seed)]
+        if not all(-(2**63) <= x < 2**63 for x in asked):
+            raise ProbeError(f"addition_data was called with {asked}: integers of 64 bits are due")
+        calls.append(asked)
+        if claimed is not None:
+            if len(calls) > len(claimed[run]):
+                raise ProbeError("the course's loop asked for more batches than the learner's record holds")
+            asked = [int(x) for x in claimed[run][len(calls) - 1]]
+        return addition_problems(key, *asked)
 
     # The name the loop looks up: in the notebook's namespace, and in its function's globals where they differ.
     scopes = {id(namespace): namespace}
     function_globals = getattr(inspect.unwrap(train_addition), "__globals__", None)
     if isinstance(function_globals, dict):
         scopes[id(function_globals)] = function_globals
-    originals = {key: scope.get("addition_data") for key, scope in scopes.items()}
-    first = copy.deepcopy(model)
+    originals = {ident: scope.get("addition_data") for ident, scope in scopes.items()}
     second_args = copy.copy(args)
     second_args.seed = args.seed + 1
+    nets = (copy.deepcopy(model), model)
     out = {}
     try:
         for scope in scopes.values():
             scope["addition_data"] = addition_data
-        for run, (net, run_args) in enumerate(((first, args), (model, second_args))):
+        for run, (net, run_args) in enumerate(zip(nets, (args, second_args))):
             calls.clear()
             with torch.enable_grad(), contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
                 losses = train_addition(net, run_args, n_digits)
+            if not isinstance(losses, (list, tuple)) or not all(isinstance(x, (int, float)) for x in losses):
+                raise ProbeError("train_addition did not return a list of floats (the loss of every step)")
             out[f"calls.{run}"] = torch.tensor(calls, dtype=torch.int64).reshape(-1, 3)
-            if run == 0:
-                if not isinstance(losses, (list, tuple)) or not all(isinstance(x, (int, float)) for x in losses):
-                    raise ProbeError("train_addition did not return a list of floats (the loss of every step)")
-                out["losses"] = torch.tensor([float(x) for x in losses], dtype=torch.float64)
-                out |= {f"w.{name}": p.detach().clone() for name, p in first.named_parameters() if _informative(name)}
+            out[f"losses.{run}"] = torch.tensor([float(x) for x in losses], dtype=torch.float64)
+            out |= {f"w{run}.{name}": p.detach().clone() for name, p in net.named_parameters() if _informative(name)}
     finally:
-        for key, scope in scopes.items():
-            scope["addition_data"] = originals[key]
+        for ident, scope in scopes.items():
+            scope["addition_data"] = originals[ident]
     return out
 
 
@@ -898,8 +926,11 @@ def detached_cache(cache_activations, model, tokens) -> dict:
 
 
 def train_batches(train, model, train_windows, val_windows, args) -> dict:
-    """`train` run on `model`, and the batches the model was trained on: each token batch its embedding saw while the
-    model was in training mode ("batch.<i>"; `evaluate` puts the model in eval mode)."""
+    """`train` run on `model`, the batches the model was trained on: each token batch its embedding saw while the
+    model was in training mode ("batch.<i>"; `evaluate` puts the model in eval mode), and its trained weights
+    ("w.<name>"). The record is the learner's to forge, the weights are not: the judge replays the course's loop on
+    the recorded batches outside (`ReplayedWindows`) and compares the weights, so a loop that showed the record
+    other batches than it trained on fails."""
     import torch
 
     batches: list = []
@@ -919,7 +950,25 @@ def train_batches(train, model, train_windows, val_windows, args) -> dict:
         handle.remove()
     if not batches:
         raise ProbeError("train never ran the model in training mode with gradients on a batch")
-    return {f"batch.{i}": batch for i, batch in enumerate(batches)}
+    weights = {f"w.{name}": p.detach().clone() for name, p in model.named_parameters() if _informative(name)}
+    return {f"batch.{i}": batch for i, batch in enumerate(batches)} | weights
+
+
+class ReplayedWindows:
+    """What the judge hands the course's `train` to replay a learner's batches: as long as the real training windows,
+    indexed by any rows, it gives the recorded batches in order."""
+
+    def __init__(self, batches: list, n_windows: int):
+        self.batches, self.n_windows, self.given = batches, n_windows, 0
+
+    def __len__(self) -> int:
+        return self.n_windows
+
+    def __getitem__(self, rows):
+        if self.given >= len(self.batches):
+            raise ProbeError("the course's loop asked for more batches than the learner's record holds")
+        self.given += 1
+        return self.batches[self.given - 1].clone()
 
 
 def initial_stats(cls, cfg) -> dict:

@@ -669,7 +669,7 @@ MISTAKES = [
         "test_train_addition",
         "loss = masked_lm_loss(model(tokens), tokens, loss_mask)",
         "loss = masked_lm_loss(model(tokens), tokens, torch.ones_like(loss_mask))",
-        "(trained on the same batches",
+        "against the course's loop on the problems of the seeds",
     ),
     (  # no clipping
         "06_training",
@@ -679,7 +679,7 @@ MISTAKES = [
             "        ### END SOLUTION\n        losses"
         ),
         "        optimizer.step()\n        ### END SOLUTION\n        losses",
-        "(trained on the same batches",
+        "against the course's loop on the problems of the seeds",
     ),
     (  # the batch size hard-coded
         "06_training",
@@ -1152,6 +1152,76 @@ def test_the_judges_cliff_logits_separate_the_order_of_top_k_and_top_p_on_every_
                     swapped = course.top_k_filter(course.top_p_filter(x, p), k)
                     extra = torch.isneginf(right) & ~torch.isneginf(swapped)
                     assert swapped.softmax(-1)[extra].sum() > 0.025, (seed, temperature, k, p)
+
+
+FORGED_BATCH_RECORDS = {  # a loop that trains on the same batch every step and shows the judge's record others
+    # red-team round 7: the real forward with the embedding in eval mode (the record skips it), a fresh random
+    # batch run through the embedding alone in training mode
+    "embedding in eval mode": (
+        "        model.embed(train_windows[torch.randint(len(train_windows), (args.batch_size,))])\n"
+        "        batch = train_windows[: args.batch_size]\n"
+        "        model.embed.train(False)\n"
+        "        loss = lm_cross_entropy(model(batch), batch)\n"
+        "        model.embed.train(True)\n"
+    ),
+    # a sibling: the record's hook set aside during the real forward, and called by hand on a fresh batch
+    "hooks set aside": (
+        "        hooks = dict(model.embed._forward_pre_hooks)\n"
+        "        for hook in hooks.values():\n"
+        "            hook(model.embed, (train_windows[torch.randint(len(train_windows), (args.batch_size,))],))\n"
+        "        model.embed._forward_pre_hooks.clear()\n"
+        "        batch = train_windows[: args.batch_size]\n"
+        "        loss = lm_cross_entropy(model(batch), batch)\n"
+        "        model.embed._forward_pre_hooks.update(hooks)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGED_BATCH_RECORDS))
+def test_a_loop_that_forges_the_record_of_its_batches_fails(forgery, tmp_path):
+    """The record of the batches is made in the learner's process, so the learner can write it; the weights that
+    training leaves are the outcome the judge trusts: it replays the course's loop on the recorded batches outside
+    and compares. A loop trained on one batch, its record showing fresh ones, fails there (red-team round 7 scored
+    full marks with the first of these)."""
+    namespace = course_with(
+        "06_training",
+        "        batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
+        "        loss = lm_cross_entropy(model(batch), batch)\n",
+        FORGED_BATCH_RECORDS[forgery],
+    )
+    verdict = verdict_of("06_training", "test_train", namespace, tmp_path)
+    assert not verdict["passed"] and "replayed on the batches the model's embedding saw" in verdict["message"], verdict
+
+
+FORGED_SEED_RECORDS = {  # a loop that asks for the same seed every step and shows the judge's record fresh ones
+    # red-team round 7: the stand-in's closure cell rewritten after each call
+    "last record rewritten": (
+        "        tokens, loss_mask = addition_data(args.batch_size, n_digits, seed=0)\n"
+        "        cells = dict(zip(addition_data.__code__.co_freevars, addition_data.__closure__ or ()))\n"
+        "        cells['calls'].cell_contents[-1][2] = args.seed * 7919 + step\n"
+    ),
+    # a sibling: the problems of one seed kept, every later call made with a fresh seed and its problems ignored
+    "fresh calls, one seed's problems": (
+        "        first = addition_data(args.batch_size, n_digits, seed=args.seed) if step == 0 else first\n"
+        "        if step:\n"
+        "            addition_data(args.batch_size, n_digits, seed=args.seed + 1 + step)\n"
+        "        tokens, loss_mask = first\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGED_SEED_RECORDS))
+def test_an_addition_loop_that_forges_the_record_of_its_seeds_fails(forgery, tmp_path):
+    """The record of the seeds is the learner's to write; the stand-in's problems are a function of the seed asked
+    for, so the trained weights say which seeds the loop trained on: the judge replays the course's loop on the
+    problems of the recorded seeds and compares (red-team round 7 scored full marks with the first of these)."""
+    namespace = course_with(
+        "06_training",
+        "        tokens, loss_mask = addition_data(args.batch_size, n_digits, seed=args.seed + 1 + step)\n",
+        FORGED_SEED_RECORDS[forgery],
+    )
+    verdict = verdict_of("06_training", "test_train_addition", namespace, tmp_path)
+    assert not verdict["passed"] and "against the course's loop on the problems" in verdict["message"], verdict
 
 
 def test_a_loop_that_draws_its_batches_another_way_passes(tmp_path):
