@@ -41,6 +41,7 @@ from instructor.probe_runner import (
     OUT_DIR,
     REQUEST,
     SCRIPTS,
+    SERVED,
     param_group_decay,
     phase_files,
     phases,
@@ -1465,6 +1466,37 @@ def _load_outputs(out: Path, prepared: Prepared) -> tuple[dict, dict, str | None
     return outputs, errors, None
 
 
+def _served_counts(out: Path) -> dict | None:
+    """probe -> {op: calls}: the feeder's counts of the calls to the stand-ins it served (`probe_runner.SERVED`,
+    written by the runner, which no phase can write for); None where the child had no feeder (unsandboxed)."""
+    try:
+        raw = read_regular_file(out / SERVED, 1 << 20)
+        loaded = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return {}
+    if not isinstance(loaded, dict):
+        return None if raw is None else {}
+    return {
+        str(name): {str(op): int(n) for op, n in ops.items() if isinstance(n, int)}
+        for name, ops in loaded.items()
+        if isinstance(ops, dict)
+    }
+
+
+def _encoded_once(probe: Probe, name: str, served: dict | None) -> str | None:
+    """A decoder's probe on a served stand-in (`table_seq2seq`): why it did not encode the source exactly once,
+    by the feeder's count (None where it did, or where no feeder served it: the child's own count then judged)."""
+    if served is None or not any(kind == "table_seq2seq" for kind, _ in probe.args):
+        return None
+    calls = served.get(name, {}).get("encode", 0)
+    if calls == 1:
+        return None
+    return (
+        f"{probe.target} called model.encode {calls} times: encode the source once, before the loop, and pass the "
+        "same memory to model.decode at every step"
+    )
+
+
 def _probe_of(key: str) -> str:
     """The probe an output or error belongs to: `p3`, `p3.weights`, `p3/0` all belong to `p3`."""
     for i, char in enumerate(key):
@@ -1893,6 +1925,7 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
     child and everything it started are gone; removes the job's folder."""
     try:
         outputs, errors, problem = _load_outputs(prepared.folder / OUT_DIR, prepared)
+        served = _served_counts(prepared.folder / OUT_DIR)
     finally:
         shutil.rmtree(prepared.folder, ignore_errors=True)
     result: dict[str, dict] = {}
@@ -1901,7 +1934,7 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
         if problem:
             why = problem
         elif got is not None:
-            why = compare(probe, got, prepared.expected[name])
+            why = _encoded_once(probe, name, served) or compare(probe, got, prepared.expected[name])
         elif name in errors:
             why = errors[name]
         else:

@@ -29,6 +29,7 @@ REQUEST = "request.json"
 OUT_DIR = "out"
 OUTPUTS = "outputs.safetensors"
 ERRORS = "errors.json"
+SERVED = "served.json"  # the feeder's counts of the calls to the stand-ins it served, written by the runner alone
 
 
 class ProbeError(Exception):
@@ -90,9 +91,42 @@ def _fed(fd: int, read=os.read, limit: int = _FEED_LIMIT) -> bytes:
     return exactly(size)
 
 
-def serve_request(folder: str, fd: int) -> None:
-    """The feeder: the probes without their arguments first, then, for each probe name asked for, its entry and
-    tensors (as (key, dtype, shape, bytes) rows), once; a name asked for twice, or unknown, ends the serving."""
+_CALL_LIMIT = 1 << 20  # one model call's tensors: a few kB for the course's stand-ins
+_SERVED_OPS = {"encode": ("int64",), "decode": ("int64", "float32", "int64")}  # each op's tensors' dtypes
+
+
+def _served_call(model, op: str, specs, raw: bytes):
+    """One call of a served stand-in model, its tensors read from the child's bytes: only the dtypes and number of
+    tensors `_SERVED_OPS` allows, of at most 3 dimensions of 4,096 each, filling `raw` exactly."""
+    import torch
+
+    if op not in _SERVED_OPS or not isinstance(specs, list) or len(specs) != len(_SERVED_OPS[op]):
+        raise ValueError("an unknown call")
+    tensors, offset = [], 0
+    for spec, dtype in zip(specs, _SERVED_OPS[op]):
+        shape = spec if isinstance(spec, list) else None
+        if shape is None or len(shape) > 3 or not all(type(n) is int and 0 <= n <= 4096 for n in shape):
+            raise ValueError("a tensor of an unknown shape")
+        kind = getattr(torch, dtype)
+        size = kind.itemsize * int(torch.Size(shape).numel())
+        if offset + size > len(raw):
+            raise ValueError("fewer bytes than the shapes say")
+        flat = torch.frombuffer(bytearray(raw[offset : offset + size]), dtype=kind) if size else torch.empty(0, dtype=kind)
+        tensors.append(flat.reshape(shape))
+        offset += size
+    if offset != len(raw):
+        raise ValueError("more bytes than the shapes say")
+    with torch.no_grad():
+        return getattr(model, op)(*tensors)
+
+
+def serve_request(folder: str, fd: int, report: int | None = None) -> None:
+    """The feeder: the probes without their arguments first, then, for each probe name asked for (b"N" + name), its
+    entry and tensors (as (key, dtype, shape, bytes) rows), once; a name asked for twice, or unknown, ends the
+    serving. A probe's stand-in encoder-decoder stays here: its table is never sent, its entry names it as served,
+    and each call the child makes (b"C" + a JSON header + the tensors' bytes) is answered here and counted, out of
+    the learner's reach. The counts go to `report` (the runner's pipe) when the serving ends."""
+    import json
     import pickle
 
     import torch
@@ -101,45 +135,105 @@ def serve_request(folder: str, fd: int) -> None:
     entries = {probe["name"]: probe for probe in request["probes"]}
     _feed(fd, pickle.dumps([{k: v for k, v in probe.items() if k != "args"} for probe in request["probes"]]))
     served: set[str] = set()
-    while True:
-        try:
-            name = _fed(fd, limit=64).decode()  # a probe's name: a 1 GiB one grew this root process past the cap
-        except (OSError, EOFError, UnicodeDecodeError):
-            return
-        if name in served or name not in entries:
-            _feed(fd, pickle.dumps(None))
-            return
-        served.add(name)
-        rows = [
-            (
-                key,
-                str(t.dtype).removeprefix("torch."),
-                tuple(t.shape),
-                t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(),
-            )
-            for key, t in request["tensors"].items()
-            if key.startswith(f"{name}.")
-        ]
-        _feed(fd, pickle.dumps((entries[name], rows)))
+    models: dict[str, object] = {}  # probe -> its stand-in, once the probe's turn came
+    counts: dict[str, dict[str, int]] = {}
+    try:
+        while True:
+            try:
+                message = _fed(fd, limit=_CALL_LIMIT)  # bounded: a 1 GiB name grew this root process past the cap
+            except (OSError, EOFError):
+                return
+            if message[:1] == b"C":
+                try:
+                    size = int.from_bytes(message[1:5], "big")
+                    header = json.loads(message[5 : 5 + size].decode())
+                    name, op = header["probe"], header["op"]
+                    if name not in models:
+                        raise ValueError("no stand-in is served for this probe now")
+                    if op in _SERVED_OPS:  # counted before anything else: a call that fails still ran
+                        counts[name][op] += 1
+                    out = _served_call(models[name], op, header["shapes"], message[5 + size :])
+                    reply = ("ok", (str(out.dtype).removeprefix("torch."), tuple(out.shape), out.numpy().tobytes()))
+                except Exception as err:  # noqa: BLE001 - the child's call is wrong: said to it, serving goes on
+                    reply = ("error", f"{type(err).__name__}: {str(err)[:200]}")
+                _feed(fd, pickle.dumps(reply))
+                continue
+            try:
+                name = message[1:].decode() if message[:1] == b"N" and len(message) <= 65 else None
+            except UnicodeDecodeError:
+                name = None
+            if name is None or name in served or name not in entries:
+                _feed(fd, pickle.dumps(None))
+                return
+            served.add(name)
+            entry, withheld = dict(entries[name]), set()
+            entry["args"] = list(entry.get("args", []))
+            for j, spec in enumerate(entry["args"]):
+                if isinstance(spec, dict) and "table_seq2seq" in spec:
+                    key = spec["table_seq2seq"]
+                    models[name] = table_seq2seq(request["tensors"][key].clone(), spec["fields"])
+                    counts[name] = {"encode": 0, "decode": 0}
+                    entry["args"][j] = {"served_seq2seq": name, "fields": spec["fields"]}
+                    withheld.add(key)
+            rows = [
+                (
+                    key,
+                    str(t.dtype).removeprefix("torch."),
+                    tuple(t.shape),
+                    t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(),
+                )
+                for key, t in request["tensors"].items()
+                if key.startswith(f"{name}.") and key not in withheld
+            ]
+            _feed(fd, pickle.dumps((entry, rows)))
+    finally:
+        if report is not None:
+            try:
+                _feed(report, json.dumps(counts).encode())
+            finally:
+                os.close(report)
 
 
-def feeder_client(folder: str, sock) -> dict:
-    """The probe child's request as the feeder gives it: the probes without their arguments, and `fetch(name)`,
-    which asks the feeder for one probe's entry and tensors (`run_probes`)."""
+def feeder_client(folder: str, sock, report: int | None = None) -> dict:
+    """The probe child's request as the feeder gives it: the probes without their arguments; `fetch(name)`, which
+    asks the feeder for one probe's entry and tensors (`run_probes`), a stand-in it serves built as a proxy
+    (`served_seq2seq`); and `finish()`, for the runner once every phase has ended: the feeder's counts of the
+    served calls, read from `report` (the JSON text, or None)."""
     import _pickle
+    import json
+    import select
+    import socket
 
     import torch
 
     # bound here, before any learner code: the runner's reads go through nothing a learner can rebind
     loads, frombuffer, empty, feed, fed = _pickle.loads, torch.frombuffer, torch.empty, _feed, _fed
+    dumps, poll, shut, partial, proxy = json.dumps, select.select, socket.SHUT_RDWR, functools.partial, served_seq2seq
     names = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
     dtypes = {name: getattr(torch, name) for name in names}
     fd = sock.fileno()
     probes = loads(fed(fd))
 
+    def tensor(dtype: str, shape, raw: bytes):
+        flat = frombuffer(bytearray(raw), dtype=dtypes[dtype]) if raw else empty(0, dtype=dtypes[dtype])
+        return flat.reshape(shape).clone()
+
+    def call(probe: str, op: str, *tensors):
+        """One call of the stand-in the feeder serves for `probe`: its answer, computed and counted there."""
+        header = dumps({"probe": probe, "op": op, "shapes": [list(t.shape) for t in tensors]}).encode()
+        raw = b"".join(t.detach().contiguous().cpu().numpy().tobytes() for t in tensors)
+        try:
+            feed(fd, b"C" + len(header).to_bytes(4, "big") + header + raw)
+            status, value = loads(fed(fd))
+        except (OSError, EOFError) as err:
+            raise ProbeError(f"the judge's feeder could not answer a model call ({type(err).__name__})") from None
+        if status != "ok":
+            raise ProbeError(f"the judge's stand-in model refused a call of {op}: {value}")
+        return tensor(*value)
+
     def fetch(name: str, keep=sock) -> tuple[dict, dict]:
         try:
-            feed(fd, name.encode())
+            feed(fd, b"N" + name.encode())
             got = loads(fed(fd))
         except (OSError, EOFError) as err:
             raise ProbeError(
@@ -152,13 +246,30 @@ def feeder_client(folder: str, sock) -> dict:
                 "judge serves each probe's inputs once, so none are served any more"
             )
         entry, rows = got
-        tensors = {}
-        for key, dtype, shape, raw in rows:
-            flat = frombuffer(bytearray(raw), dtype=dtypes[dtype]) if raw else empty(0, dtype=dtypes[dtype])
-            tensors[key] = flat.reshape(shape).clone()
+        tensors = {key: tensor(dtype, shape, raw) for key, dtype, shape, raw in rows}
+        for spec in entry.get("args", []):
+            if isinstance(spec, dict) and "served_seq2seq" in spec:
+                tensors[f"served:{name}"] = proxy(partial(call, name), spec["fields"])
         return entry, tensors
 
-    return {"folder": folder, "probes": probes, "tensors": {}, "fetch": fetch, "feeder_fd": fd}
+    def finish(keep=sock) -> str | None:
+        if report is None:
+            return None
+        try:
+            keep.shutdown(shut)  # the feeder's read or write ends: it reports its counts and exits
+        except OSError:
+            pass
+        parts = []
+        while poll([report], [], [], 10.0)[0]:
+            part = os.read(report, 1 << 16)
+            if not part:
+                break
+            parts.append(part)
+        os.close(report)
+        data = b"".join(parts)
+        return data[8:].decode() if len(data) >= 8 and int.from_bytes(data[:8], "big") == len(data) - 8 else None
+
+    return {"folder": folder, "probes": probes, "tensors": {}, "fetch": fetch, "feeder_fd": fd, "finish": finish}
 
 
 def prepare_output(folder: str, uid: int | None) -> None:
@@ -254,6 +365,36 @@ def table_seq2seq(table, fields: dict):
     return TableSeq2Seq().eval()
 
 
+def served_seq2seq(call, fields: dict):
+    """The probe child's side of a stand-in encoder-decoder the feeder serves (`serve_request`): `encode` and
+    `decode` are answered by the feeder, which holds the table and counts the calls out of the learner's reach
+    (a counter on this object, which the learner holds, was set back to 1 by a decoder that re-encoded every step).
+    It counts here too (`decode_once` reads it, as in the unsandboxed child)."""
+    import torch
+
+    from harness import EncoderDecoderConfig
+
+    class ServedSeq2Seq(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = EncoderDecoderConfig(**fields)
+            self.anchor = torch.nn.Parameter(torch.zeros(0), requires_grad=False)  # a device and dtype to read
+            self.encode_calls = 0
+
+        def encode(self, src):
+            self.encode_calls += 1
+            return call("encode", torch.as_tensor(src, dtype=torch.int64))  # [batch src d_vocab]
+
+        def decode(self, tgt, memory, src):
+            tgt, src = torch.as_tensor(tgt, dtype=torch.int64), torch.as_tensor(src, dtype=torch.int64)
+            return call("decode", tgt, torch.as_tensor(memory, dtype=torch.float32), src)  # [batch tgt d_vocab]
+
+        def forward(self, src, tgt):
+            return self.decode(tgt, self.encode(src), src)
+
+    return ServedSeq2Seq().eval()
+
+
 def logit_diff_metric(first: int, second: int):
     """A patching metric: the batch's mean of logit[first] - logit[second] at the last position."""
 
@@ -300,6 +441,8 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         return logit_diff_metric(first, second)
     if "table_seq2seq" in spec:
         return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"])
+    if "served_seq2seq" in spec:  # the feeder's proxy, made by `fetch`
+        return tensors[f"served:{spec['served_seq2seq']}"]
     if "module" in spec:  # the learner's class, with the judge's weights
         return build_module(spec["module"], namespace.get(spec["module"]), spec, tensors)
     if "course_model" in spec:  # an earlier notebook's model, the course's own (its parameters' names are what count)

@@ -125,7 +125,7 @@ def run_probe_plan(
     has ended (and nothing it started can outlive it), its own outputs' files are kept here and the outputs' folder
     emptied; at the end this process writes them back, so every file the judge reads was written by a phase of its
     own probes' and read here as that phase ended (a phase that forged another phase's file scored full marks)."""
-    from instructor.probe_runner import OUT_DIR, no_new_tasks, phase_files, phases, sealed_run_probes
+    from instructor.probe_runner import OUT_DIR, SERVED, no_new_tasks, phase_files, phases, sealed_run_probes
     from instructor.sandbox import remove_tree
 
     run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
@@ -170,6 +170,10 @@ def run_probe_plan(
                 _libc().umount2(out_dir.encode(), 2)  # MNT_DETACH: gone with everything in it
             for entry in os.listdir(out_dir):
                 remove_tree(os.path.join(out_dir, entry))
+    if probes is not None and probes.get("finish") is not None:  # the feeder's counts, read once no phase is left
+        counts = probes["finish"]()
+        if counts is not None:
+            kept[SERVED] = counts.encode()
     for name, data in kept.items():
         fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -270,19 +274,21 @@ def _fed_probes(folder: str, uid: int | None):
     from instructor.probe_runner import feeder_client, prepare_output, serve_request
 
     ours, theirs = socket.socketpair()
+    report, told = os.pipe()  # the feeder's counts of served calls, to the runner alone (no phase keeps it)
     pid = os.fork()
     if pid == 0:
         try:
             from instructor.sandbox import close_fds_except
 
-            close_fds_except((theirs.fileno(),))
-            serve_request(folder, theirs.fileno())
+            close_fds_except((theirs.fileno(), told))
+            serve_request(folder, theirs.fileno(), report=told)
         finally:
             os._exit(0)
     theirs.close()
+    os.close(told)
     try:
         prepare_output(folder, uid)
-        return feeder_client(folder, ours)
+        return dict(feeder_client(folder, ours, report=report), report_fd=report)
     except Exception:  # noqa: BLE001 - the judge then fails these tests for want of output
         traceback.print_exc()
         return None
@@ -700,6 +706,7 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
         elif os.path.isdir(solutions):  # a probe template's child reads the earlier notebooks' answers only
             _answers_from(solutions, before=plan.get("notebook") or "")
         fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
+        report = (probes["report_fd"],) if probes and "report_fd" in probes else ()
         if not confinement.cgroup_dir:  # read from /proc, which the confined child no longer has
             _limit_memory(memory)
         from instructor.sandbox import close_fds_except
@@ -708,10 +715,10 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
         # its own, a fresh home and /tmp, its cgroups) before the learner's definitions run, so no phase can
         # signal it or leave anything for the next (a phase that killed it, once its own outputs were written, had
         # its forgery for a later phase's probe read as that probe's output: full marks in 04 and 05).
-        close_fds_except(fed)
+        close_fds_except(fed + report)
 
         def confine() -> None:
-            confinement.enter(slot, memory, keep=fed)
+            confinement.enter(slot, memory, keep=fed)  # the report's pipe closed: the runner's alone
             sys.path.insert(0, os.getcwd())  # as in the learner's kernel: a module the notebook writes is found
 
     else:

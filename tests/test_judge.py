@@ -2432,27 +2432,32 @@ def test_probes_run_in_the_probe_template_need_only_earlier_notebooks():
 # The feeder: in the sandbox the probe child holds no input of the judge's until a probe asks for its own, once
 # (a red-team review read the whole request while the definitions ran and stored answers computed with operators
 # not yet taken out). Here with the feeder forked in this process, as the probe child forks it.
-def fed(notebook: str, folder, steal: int | None = None) -> judge.Prepared:
+def fed(notebook: str, folder, steal: int | None = None, namespace: dict | None = None) -> judge.Prepared:
     import socket
 
     prepared = judge.prepare(notebook, folder / "job")
     ours, theirs = socket.socketpair()
+    report, told = os.pipe()
     pid = os.fork()
     if pid == 0:  # the feeder
         ours.close()
-        probe_runner.serve_request(str(prepared.folder), theirs.fileno())
+        os.close(report)
+        probe_runner.serve_request(str(prepared.folder), theirs.fileno(), report=told)
         os._exit(0)
     theirs.close()
+    os.close(told)
     probe_runner.prepare_output(str(prepared.folder), None)
-    request = probe_runner.feeder_client(str(prepared.folder), ours)
+    request = probe_runner.feeder_client(str(prepared.folder), ours, report=report)
     assert request["tensors"] == {} and all("args" not in probe for probe in request["probes"])
     if steal is not None:  # what code run while the definitions load could do with the socket
         request["fetch"](request["probes"][steal]["name"])
         prepared.stolen = request["probes"][steal]["grade_id"]
-    namespace = course_as_learner(notebook)
+    namespace = namespace if namespace is not None else course_as_learner(notebook)
     for index, names in enumerate(probe_runner.phases(request)):
         phase = dict(request, probes=[probe for probe in request["probes"] if probe["name"] in names])
         probe_runner.run_probes(phase, namespace, timeout=30, deadline=time.monotonic() + 300, phase=index)
+    counts = request["finish"]()  # as the runner does once every phase has ended
+    (prepared.folder / probe_runner.OUT_DIR / probe_runner.SERVED).write_text(counts)
     ours.close()
     os.waitpid(pid, 0)
     return prepared
@@ -2464,6 +2469,67 @@ def test_the_feeder_serves_each_probe_its_inputs_once_and_in_turn(tmp_path):
         prepared = fed("04_mlp_and_block", tmp_path / f"b{steal}", steal=steal)
         verdict = judge.verdicts(prepared)[prepared.stolen]
         assert not verdict["passed"] and "asked for out of turn" in verdict["message"], verdict
+
+
+# A decoder must encode the source once: 09's probe runs it on a stand-in encoder-decoder that the feeder serves,
+# its table never in the child, its calls answered and counted there, out of the learner's reach (a counter on the
+# stand-in the learner held was set back to 1 by a decoder that re-encoded at every step: red-team round 7).
+REENCODING = {  # a decoder that runs the whole model (the encoder again) at every step, its count forged
+    "the counter set back": "if hasattr(model, 'encode_calls'):\n    model.encode_calls = 1\n",
+    "the counter made a constant": "type(model).encode_calls = property(lambda self: 1, lambda self, value: None)\n",
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(REENCODING))
+def test_a_decoder_that_re_encodes_fails_whatever_it_does_to_the_counter(forgery, tmp_path):
+    step = "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n"
+    namespace = course_with("09_encoder_decoder", step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)"))
+    honest = namespace["greedy_decode"]
+
+    def greedy_decode(model, src, max_len):
+        out = honest(model, src, max_len)
+        exec(REENCODING[forgery], {"model": model})  # noqa: S102 - the forgery, after the loop
+        return out
+
+    namespace["greedy_decode"] = greedy_decode
+    verdict = judge.verdicts(fed("09_encoder_decoder", tmp_path, namespace=namespace))["test_greedy_decode"]
+    assert not verdict["passed"] and "called model.encode" in verdict["message"], verdict
+    assert "model.encode 1 times" not in verdict["message"] and "raised" not in verdict["message"], verdict
+
+
+def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_path):
+    prepared = fed("09_encoder_decoder", tmp_path / "a")
+    name = next(n for n, p in prepared.probes.items() if p.grade_id == "test_greedy_decode")
+    counts = json.loads((prepared.folder / probe_runner.OUT_DIR / probe_runner.SERVED).read_text())
+    assert counts[name]["encode"] == 1 and counts[name]["decode"] >= 1, counts
+    assert judge.verdicts(prepared)["test_greedy_decode"]["passed"]
+    # what the child is handed for that probe: a proxy, the table withheld
+    import socket
+
+    prepared = judge.prepare("09_encoder_decoder", tmp_path / "b" / "job")
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        probe_runner.serve_request(str(prepared.folder), theirs.fileno())
+        os._exit(0)
+    theirs.close()
+    request = probe_runner.feeder_client(str(prepared.folder), ours)
+    try:
+        entry, tensors = request["fetch"](name)
+        spec = entry["args"][0]
+        assert "served_seq2seq" in spec and "table_seq2seq" not in spec, spec
+        assert not any(key.startswith(f"{name}.in0") for key in tensors), sorted(tensors)
+        model = tensors[f"served:{name}"]
+        assert not any(p.numel() for p in model.parameters())
+        with pytest.raises(probe_runner.ProbeError, match="refused a call of decode"):  # shapes that disagree
+            model.decode(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 3, 7), torch.zeros(1, 2))
+        assert model.encode(torch.zeros(1, 2, dtype=torch.long)).shape[:2] == (1, 2)  # serving goes on
+        with pytest.raises(probe_runner.ProbeError, match="could not answer"):  # past the feeder's bound: it stops
+            model.decode(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, 1 << 18), torch.zeros(1, 2))
+    finally:
+        ours.close()
+        os.waitpid(pid, 0)
 
 
 # Each phase's outputs count for its own probes only: an output for gelu_new's probe written by the phase where GELU
@@ -2622,14 +2688,16 @@ def test_torchs_local_response_norm_module_fails_01(tmp_path):
     assert not verdict["passed"] and "normalization.py" in verdict["message"], verdict
 
 
-def test_the_feeder_reads_a_probes_name_of_64_bytes_at_most():
+def test_the_feeder_reads_a_message_of_a_bounded_size_only():
+    """A 1 GiB probe name grew the root feeder past the memory cap (red-team round 7): it reads at most a model
+    call's size, and a name is 64 bytes at most."""
     import socket
 
     ours, theirs = socket.socketpair()
     try:
-        probe_runner._feed(ours.fileno(), b"p" * 65)
-        with pytest.raises(EOFError):
-            probe_runner._fed(theirs.fileno(), limit=64)
+        os.write(ours.fileno(), (probe_runner._CALL_LIMIT + 1).to_bytes(8, "big") + b"Np")  # a length past it
+        with pytest.raises(EOFError, match="larger than"):
+            probe_runner._fed(theirs.fileno(), limit=probe_runner._CALL_LIMIT)
     finally:
         ours.close()
         theirs.close()
