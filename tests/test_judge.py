@@ -2650,6 +2650,69 @@ def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_out
     assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
 
 
+# The same end to end, as the probe child runs it: the feeder forked with its report's pipe (`template._fed_probes`),
+# each phase confined to a uid of its own with the feeder's socket only, the runner writing the counts once every
+# phase has ended. A decoder that re-encodes every step and forges every record it can reach (the stand-in's counter,
+# a counts file of its own in the outputs' folder) fails; the course's decoder passes.
+SERVED_PHASE = """
+import json, os, sys
+from pathlib import Path
+import torch._inductor, torch.profiler.python_tracer, safetensors.torch  # the interpreter is root's here
+from instructor import judge, probe_runner
+from instructor.sandbox import close_fds_except
+from instructor.template import _fed_probes, run_probe_plan
+from harness.course import component_source, notebook_names
+prepared = judge.prepare("09_encoder_decoder", Path(sys.argv[1]), only=frozenset({"test_greedy_decode"}))
+os.chmod(sys.argv[1], 0o755)
+probes = _fed_probes(str(prepared.folder), 65534)
+names = notebook_names()
+code = "\\n\\n".join(component_source(name) for name in names[: names.index("09_encoder_decoder") + 1])
+if sys.argv[3] == "forged":
+    step = "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\\n"
+    forged = (
+        "    model.encode_calls = 1\\n"
+        "    with open(os.path.join(JOB, 'out', 'served.json'), 'w') as f:\\n"
+        "        f.write(json.dumps({'p0': {'encode': 1, 'decode': 1}, 'p1': {'encode': 1, 'decode': 1}}))\\n"
+        "    return tgt[:, 1:]  # without BOS\\n"
+    ).replace("JOB", repr(str(prepared.folder)))
+    code = code.replace(step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)"))
+    code = code.replace("    return tgt[:, 1:]  # without BOS\\n", forged)
+    code = "import json, os\\n" + code
+step = {"kind": "learner", "code": code, "filename": "<learner 09 cell 3>", "uses": [], "binds": []}
+scratch = sys.argv[2]
+
+
+def confine():
+    close_fds_except((probes["feeder_fd"],))
+    os.chdir(scratch)
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+run_probe_plan({"steps": [step]}, 30, 240, probes, confine)
+print(json.dumps(judge.verdicts(prepared)["test_greedy_decode"]))
+"""
+
+
+def test_the_runner_reports_the_feeders_counts_which_no_phase_can_forge():
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="served-phase-"))  # pytest's own folders are closed to `nobody`
+    said = {}
+    try:
+        os.chmod(top, 0o755)
+        for how in ("honest", "forged"):
+            scratch = top / f"home-{how}"
+            scratch.mkdir()
+            os.chmod(scratch, 0o777)
+            said[how] = json.loads(child_says(SERVED_PHASE, str(top / f"job-{how}"), str(scratch), how))
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    assert said["honest"]["passed"], said
+    assert not said["forged"]["passed"] and "called model.encode" in said["forged"]["message"], said
+    assert "model.encode 1 times" not in said["forged"]["message"], said
+
+
 # Siblings of red-team round 6's cases: another fused backend operator that takes its activation as an argument
 # (round 6 used `mkldnn::_linear_pointwise`), refused in every probe; torch's local response norm as a module (round 6
 # used the function) refused in 01.
