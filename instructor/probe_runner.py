@@ -92,20 +92,18 @@ def _fed(fd: int, read=os.read, limit: int = _FEED_LIMIT) -> bytes:
 
 
 _CALL_LIMIT = 1 << 20  # one model call's tensors: a few kB for the course's stand-ins
-_SERVED_OPS = {"encode": ("int64",), "decode": ("int64", "float32", "int64")}  # each op's tensors' dtypes
-
-
 def _served_call(model, op: str, specs, raw: bytes):
-    """One call of a served stand-in model, its tensors read from the child's bytes: only the dtypes and number of
-    tensors `_SERVED_OPS` allows, of at most 3 dimensions of 4,096 each, filling `raw` exactly."""
+    """One call of a served stand-in model, its tensors read from the child's bytes: only the ops and dtypes the
+    stand-in's `served_ops` allows, of at most 4 dimensions of 4,096 each, filling `raw` exactly."""
     import torch
 
-    if op not in _SERVED_OPS or not isinstance(specs, list) or len(specs) != len(_SERVED_OPS[op]):
+    dtypes = model.served_ops.get(op) if isinstance(op, str) else None
+    if dtypes is None or not isinstance(specs, list) or len(specs) != len(dtypes):
         raise ValueError("an unknown call")
     tensors, offset = [], 0
-    for spec, dtype in zip(specs, _SERVED_OPS[op]):
+    for spec, dtype in zip(specs, dtypes):
         shape = spec if isinstance(spec, list) else None
-        if shape is None or len(shape) > 3 or not all(type(n) is int and 0 <= n <= 4096 for n in shape):
+        if shape is None or len(shape) > 4 or not all(type(n) is int and 0 <= n <= 4096 for n in shape):
             raise ValueError("a tensor of an unknown shape")
         kind = getattr(torch, dtype)
         size = kind.itemsize * int(torch.Size(shape).numel())
@@ -117,7 +115,18 @@ def _served_call(model, op: str, specs, raw: bytes):
     if offset != len(raw):
         raise ValueError("more bytes than the shapes say")
     with torch.no_grad():
-        return getattr(model, op)(*tensors)
+        out = getattr(model, op)(*tensors)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _served_model(spec: dict, tensors: dict):
+    """The stand-in a probe argument names, built in the feeder (None where the argument is no stand-in)."""
+    if "table_seq2seq" in spec:
+        return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"]), spec["table_seq2seq"]
+    if "kv_prefix_lm" in spec:
+        key = spec["kv_prefix_lm"]
+        return kv_prefix_lm(tensors[key].clone(), int(spec["n_ctx"]), bool(spec["padded"])), key
+    return None, None
 
 
 def serve_request(folder: str, fd: int, report: int | None = None) -> None:
@@ -136,7 +145,7 @@ def serve_request(folder: str, fd: int, report: int | None = None) -> None:
     _feed(fd, pickle.dumps([{k: v for k, v in probe.items() if k != "args"} for probe in request["probes"]]))
     served: set[str] = set()
     models: dict[str, object] = {}  # probe -> its stand-in, once the probe's turn came
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[str, dict] = {}
     try:
         while True:
             try:
@@ -150,10 +159,11 @@ def serve_request(folder: str, fd: int, report: int | None = None) -> None:
                     name, op = header["probe"], header["op"]
                     if name not in models:
                         raise ValueError("no stand-in is served for this probe now")
-                    if op in _SERVED_OPS:  # counted before anything else: a call that fails still ran
-                        counts[name][op] += 1
-                    out = _served_call(models[name], op, header["shapes"], message[5 + size :])
-                    reply = ("ok", (str(out.dtype).removeprefix("torch."), tuple(out.shape), out.numpy().tobytes()))
+                    if op in models[name].served_ops:  # counted before anything else: a call that fails still ran
+                        counts[name][op] = counts[name].get(op, 0) + 1
+                    outs = _served_call(models[name], op, header["shapes"], message[5 + size :])
+                    rows = [(str(t.dtype).removeprefix("torch."), tuple(t.shape), t.numpy().tobytes()) for t in outs]
+                    reply = ("ok", rows)
                 except Exception as err:  # noqa: BLE001 - the child's call is wrong: said to it, serving goes on
                     reply = ("error", f"{type(err).__name__}: {str(err)[:200]}")
                 _feed(fd, pickle.dumps(reply))
@@ -169,11 +179,11 @@ def serve_request(folder: str, fd: int, report: int | None = None) -> None:
             entry, withheld = dict(entries[name]), set()
             entry["args"] = list(entry.get("args", []))
             for j, spec in enumerate(entry["args"]):
-                if isinstance(spec, dict) and "table_seq2seq" in spec:
-                    key = spec["table_seq2seq"]
-                    models[name] = table_seq2seq(request["tensors"][key].clone(), spec["fields"])
-                    counts[name] = {"encode": 0, "decode": 0}
-                    entry["args"][j] = {"served_seq2seq": name, "fields": spec["fields"]}
+                model, key = _served_model(spec, request["tensors"]) if isinstance(spec, dict) else (None, None)
+                if model is not None:
+                    models[name], counts[name] = model, {}
+                    entry["args"][j] = {k: v for k, v in spec.items() if k not in ("table_seq2seq", "kv_prefix_lm")}
+                    entry["args"][j]["served"] = name
                     withheld.add(key)
             rows = [
                 (
@@ -187,6 +197,8 @@ def serve_request(folder: str, fd: int, report: int | None = None) -> None:
             ]
             _feed(fd, pickle.dumps((entry, rows)))
     finally:
+        for name, model in models.items():  # what a stand-in records itself: the positions of each forward
+            counts[name]["positions"] = list(getattr(model, "positions", []))[:MAX_DICT_ENTRIES]
         if report is not None:
             try:
                 _feed(report, json.dumps(counts).encode())
@@ -208,7 +220,7 @@ def feeder_client(folder: str, sock, report: int | None = None) -> dict:
 
     # bound here, before any learner code: the runner's reads go through nothing a learner can rebind
     loads, frombuffer, empty, feed, fed = _pickle.loads, torch.frombuffer, torch.empty, _feed, _fed
-    dumps, poll, shut, partial, proxy = json.dumps, select.select, socket.SHUT_RDWR, functools.partial, served_seq2seq
+    dumps, poll, shut, partial, proxy = json.dumps, select.select, socket.SHUT_RDWR, functools.partial, served_proxy
     names = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
     dtypes = {name: getattr(torch, name) for name in names}
     fd = sock.fileno()
@@ -228,8 +240,11 @@ def feeder_client(folder: str, sock, report: int | None = None) -> dict:
         except (OSError, EOFError) as err:
             raise ProbeError(f"the judge's feeder could not answer a model call ({type(err).__name__})") from None
         if status != "ok":
+            if value.startswith("ValueError: "):  # the stand-in's own refusal (past n_ctx): raised as it would be
+                raise ValueError(value.removeprefix("ValueError: "))
             raise ProbeError(f"the judge's stand-in model refused a call of {op}: {value}")
-        return tensor(*value)
+        outs = tuple(tensor(*row) for row in value)
+        return outs if len(outs) > 1 else outs[0]
 
     def fetch(name: str, keep=sock) -> tuple[dict, dict]:
         try:
@@ -248,8 +263,8 @@ def feeder_client(folder: str, sock, report: int | None = None) -> dict:
         entry, rows = got
         tensors = {key: tensor(dtype, shape, raw) for key, dtype, shape, raw in rows}
         for spec in entry.get("args", []):
-            if isinstance(spec, dict) and "served_seq2seq" in spec:
-                tensors[f"served:{name}"] = proxy(partial(call, name), spec["fields"])
+            if isinstance(spec, dict) and "served" in spec:
+                tensors[f"served:{name}"] = proxy(partial(call, name), spec)
         return entry, tensors
 
     def finish(keep=sock) -> str | None:
@@ -335,6 +350,83 @@ def prefix_lm(table):
     return PrefixLM().eval()
 
 
+def kv_prefix_lm(table, n_ctx: int, padded: bool = False):
+    """A stand-in for 07's KVCacheTransformer (`padded`: its PaddedTransformer) in the probes of the generation
+    functions that must use its cache: `model(tokens, past_kvs)` (`model(tokens, mask, past_kvs)`) returns the
+    logits of the new positions and a cache of one layer whose keys and values ([batch pos 1 1]) hold the tokens so
+    far. Each position's logits are `prefix_lm`'s: a row of `table` at a hash of the (unmasked) prefix and its index
+    among the real tokens, so left padding changes nothing and a wrong prefix picks other tokens. More than `n_ctx`
+    positions raise a ValueError naming n_ctx. It records the new positions of every forward (`positions`): the
+    prompt once, then one token a step is a cache used. In the sandbox the feeder serves it (`served_kv_lm`), so
+    that record is kept out of the learner's reach."""
+    import torch
+
+    from harness.config import Config
+
+    class KVPrefixLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.served_ops = {"step": ("int64", "bool", "float32")}  # tokens [batch new], mask [batch pos], past
+            vocab = table.shape[0]
+            self.cfg = Config(d_model=8, n_heads=1, d_head=1, d_mlp=16, n_layers=1, n_ctx=n_ctx, d_vocab=vocab)
+            self.table = torch.nn.Parameter(table, requires_grad=False)
+            self.positions: list[int] = []
+
+        def step(self, tokens, mask, past):
+            """The logits of `tokens`' positions after `past`'s, and the cache that holds them all."""
+            if tokens.ndim != 2 or past.ndim != 4 or past.shape[0] != tokens.shape[0]:
+                raise TypeError(f"tokens [batch new] and a cache [batch pos 1 1] are due, got {list(tokens.shape)}")
+            self.positions.append(int(tokens.shape[1]))
+            full = torch.cat([past[:, :, 0, 0].long(), tokens.long()], dim=1)  # [batch pos]
+            if full.shape[1] > self.cfg.n_ctx:
+                raise ValueError(f"{full.shape[1]} positions, more than the model's n_ctx = {self.cfg.n_ctx}")
+            if mask.shape != full.shape:
+                raise ValueError(f"a mask of shape {list(mask.shape)} for {list(full.shape)} positions so far")
+            index = (mask.long().cumsum(dim=1) - 1).clamp(min=0)  # each real token's place among the real ones
+            hashed = (7 * (full * mask).cumsum(dim=1) + 3 * index + 1) % self.cfg.d_vocab
+            logits = self.table[hashed[:, -tokens.shape[1] :]]  # [batch new d_vocab]
+            return logits, full.float()[:, :, None, None]
+
+        def forward(self, tokens, *args, **kwargs):
+            return _kv_forward(self.step, tokens, args, kwargs, padded)
+
+    return KVPrefixLM().eval()
+
+
+def _kv_forward(step, tokens, args: tuple, kwargs: dict, padded: bool):
+    """A KV stand-in's forward, called as KVCacheTransformer's `forward(tokens, past_kvs=None)` is (PaddedTransformer's
+    `forward(tokens, attention_mask, past_kvs=None)`): the past's tokens read from its cache, the new ones' logits
+    and the longer cache returned."""
+    import inspect
+
+    import torch
+
+    def kv(tokens, past_kvs=None):
+        return None, past_kvs
+
+    def padded_kv(tokens, attention_mask, past_kvs=None):
+        return attention_mask, past_kvs
+
+    try:
+        mask, past_kvs = (padded_kv if padded else kv)(tokens, *args, **kwargs)
+    except TypeError as err:
+        wanted = inspect.signature(padded_kv if padded else kv)
+        raise TypeError(f"the model is called as forward{wanted}: {err}") from None
+
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 2:
+        raise TypeError("the model takes int64 tokens [batch pos]")
+    if past_kvs is None:
+        past = torch.zeros((tokens.shape[0], 0, 1, 1))
+    else:
+        past = torch.as_tensor(past_kvs[0][0], dtype=torch.float32)
+    if not padded:
+        mask = torch.ones((tokens.shape[0], past.shape[1] + tokens.shape[1]), dtype=torch.bool)
+    elif mask is None:
+        raise TypeError("the model takes a mask [batch pos] with the tokens")
+    logits, cache = step(tokens.long(), torch.as_tensor(mask, dtype=torch.bool), past)
+    return logits, [(cache, cache.clone())]
+
+
 def table_seq2seq(table, fields: dict):
     """A stand-in encoder-decoder for the probes of decoding functions: `encode(src)` is `table[src]`, and
     `decode(tgt, memory, src)` is `table[tgt]` plus the mean of the source's rows (padding left out), so every step
@@ -346,6 +438,7 @@ def table_seq2seq(table, fields: dict):
     class TableSeq2Seq(torch.nn.Module):
         def __init__(self):
             super().__init__()
+            self.served_ops = {"encode": ("int64",), "decode": ("int64", "float32", "int64")}  # the feeder's
             self.cfg = EncoderDecoderConfig(**fields)
             self.table = torch.nn.Parameter(table, requires_grad=False)
             self.encode_calls = 0  # what `decode_once` reads
@@ -363,6 +456,13 @@ def table_seq2seq(table, fields: dict):
             return self.decode(tgt, self.encode(src), src)
 
     return TableSeq2Seq().eval()
+
+
+def served_proxy(call, spec: dict):
+    """The probe child's proxy for the stand-in the feeder serves for an argument (`spec`, the feeder's entry)."""
+    if "fields" in spec:
+        return served_seq2seq(call, spec["fields"])
+    return served_kv_lm(call, int(spec["n_ctx"]), int(spec["d_vocab"]), bool(spec["padded"]))
 
 
 def served_seq2seq(call, fields: dict):
@@ -393,6 +493,28 @@ def served_seq2seq(call, fields: dict):
             return self.decode(tgt, self.encode(src), src)
 
     return ServedSeq2Seq().eval()
+
+
+def served_kv_lm(call, n_ctx: int, d_vocab: int, padded: bool):
+    """The probe child's side of a `kv_prefix_lm` the feeder serves: each forward is answered and its positions
+    recorded there; a ValueError of the stand-in's (past n_ctx) is raised here as one."""
+    import torch
+
+    from harness.config import Config
+
+    class ServedKVLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = Config(d_model=8, n_heads=1, d_head=1, d_mlp=16, n_layers=1, n_ctx=n_ctx, d_vocab=d_vocab)
+            self.anchor = torch.nn.Parameter(torch.zeros(0), requires_grad=False)  # a device and dtype to read
+
+        def step(self, tokens, mask, past):
+            return call("step", tokens, mask, past)
+
+        def forward(self, tokens, *args, **kwargs):
+            return _kv_forward(self.step, tokens, args, kwargs, padded)
+
+    return ServedKVLM().eval()
 
 
 def logit_diff_metric(first: int, second: int):
@@ -441,8 +563,10 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         return logit_diff_metric(first, second)
     if "table_seq2seq" in spec:
         return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"])
-    if "served_seq2seq" in spec:  # the feeder's proxy, made by `fetch`
-        return tensors[f"served:{spec['served_seq2seq']}"]
+    if "served" in spec:  # the feeder's proxy, made by `fetch`
+        return tensors[f"served:{spec['served']}"]
+    if "kv_prefix_lm" in spec:
+        return kv_prefix_lm(tensors[spec["kv_prefix_lm"]].clone(), int(spec["n_ctx"]), bool(spec["padded"]))
     if "module" in spec:  # the learner's class, with the judge's weights
         return build_module(spec["module"], namespace.get(spec["module"]), spec, tensors)
     if "course_model" in spec:  # an earlier notebook's model, the course's own (its parameters' names are what count)
@@ -773,29 +897,19 @@ def kv_steps(model, tokens, start: int, n_ctx: int) -> dict:
     return out
 
 
-def _embedded_per_forward(model, run):
-    """`run()`'s result, and the positions `model.embed` embedded in its forwards as a tensor [in the first, the
-    most in any later one (1 where there is none)]; [0, 0] where `model.embed` never ran. What the checks count to
-    see that a generation uses its cache: the prompt once, then one new token a step."""
+def _positions(model):
+    """The new positions of every forward a `kv_prefix_lm` ran, as a tensor (empty for the feeder's proxy: the feeder
+    keeps that record, and the judge reads it there)."""
     import torch
 
-    embed = getattr(model, "embed", None)
-    if not isinstance(embed, torch.nn.Module):
-        raise ProbeError("the model has no `embed` module")
-    lengths: list[int] = []
-    handle = embed.register_forward_hook(lambda module, args, out: lengths.append(int(args[0].shape[-1])))
-    try:
-        out = run()
-    finally:
-        handle.remove()
-    embedded = [lengths[0], max(lengths[1:], default=1)] if lengths else [0, 0]
-    return out, torch.tensor(embedded, dtype=torch.int64)
+    return torch.tensor(list(getattr(model, "positions", []))[:MAX_DICT_ENTRIES], dtype=torch.int64)
 
 
 def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:
-    """`cached_generate` run twice on one model, on two prompts: each call's tokens ("tokens", "again"), and the
-    positions embedded in the first call's forwards ("embedded", `_embedded_per_forward`)."""
-    first, embedded = _embedded_per_forward(model, lambda: cached_generate(model, tokens, new_tokens))
+    """`cached_generate` run twice on one stand-in (`kv_prefix_lm`), on two prompts: each call's tokens ("tokens",
+    "again"), and the new positions of every forward ("positions"): what tells a generation that uses its cache."""
+    getattr(model, "positions", []).clear()
+    first = cached_generate(model, tokens, new_tokens)
     try:
         again = cached_generate(model, other, new_tokens)
     except Exception as err:  # noqa: BLE001 - what the second call raised is what the judge reports
@@ -803,7 +917,7 @@ def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict
             f"cached_generate worked on a first call and raised on a second call with another prompt on the same "
             f"model: {type(err).__name__}: {err}"
         ) from None
-    return {"tokens": first, "again": again, "embedded": embedded}
+    return {"tokens": first, "again": again, "positions": _positions(model)}
 
 
 def decode_once(decode, model, src, max_len: int):
@@ -820,12 +934,11 @@ def decode_once(decode, model, src, max_len: int):
 
 
 def padded_generate_steps(padded_generate, model, prompts, new_tokens: int, eos: int, pad: int, n_ctx: int) -> dict:
-    """`padded_generate` on `prompts` ("tokens") with the positions embedded in its forwards ("embedded",
-    `_embedded_per_forward`), then with as many new tokens as bring the longest prompt to n_ctx + 1 positions
-    ("edge"): the last new token needs no forward of its own, so the model never sees more than n_ctx."""
-    first, embedded = _embedded_per_forward(
-        model, lambda: padded_generate(model, [list(p) for p in prompts], new_tokens, eos, pad)
-    )
+    """`padded_generate` on a padded stand-in (`kv_prefix_lm`) and `prompts` ("tokens"), then with as many new tokens
+    as bring the longest prompt to n_ctx + 1 positions ("edge"): the last new token needs no forward of its own, so
+    the model never sees more than n_ctx; and the new positions of every forward of both calls ("positions")."""
+    getattr(model, "positions", []).clear()
+    first = padded_generate(model, [list(p) for p in prompts], new_tokens, eos, pad)
     fits = n_ctx + 1 - max(len(p) for p in prompts)
     try:
         edge = padded_generate(model, [list(p) for p in prompts], fits, eos, pad)
@@ -834,7 +947,7 @@ def padded_generate_steps(padded_generate, model, prompts, new_tokens: int, eos:
             f"padded_generate raised {type(err).__name__} ({str(err)[:120]}) with {fits} new tokens, which bring the "
             f"longest prompt to n_ctx + 1 = {n_ctx + 1} positions: the last new token needs no forward of its own"
         ) from None
-    return {"tokens": first, "edge": edge, "embedded": embedded}
+    return {"tokens": first, "edge": edge, "positions": _positions(model)}
 
 
 def same_seed_twice(sample, *args, **kwargs):

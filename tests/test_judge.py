@@ -2497,6 +2497,47 @@ def test_a_decoder_that_re_encodes_fails_whatever_it_does_to_the_counter(forgery
     assert "model.encode 1 times" not in verdict["message"] and "raised" not in verdict["message"], verdict
 
 
+# 07's generation functions that must use the cache run on a stand-in the feeder serves (`kv_prefix_lm`): the new
+# positions of every forward are recorded there. A generation that recomputes the whole sequence at every step
+# gives the right tokens; whatever it writes in its own process (the old record was a hook on the learner's model),
+# the feeder's record shows the recomputes.
+CACHE_FORGERIES = {
+    "cached_generate, recomputed, a record written on the model": (
+        "test_cached_generate",
+        "logits, past_kvs = model(next_token, past_kvs)",
+        (
+            "logits, past_kvs = model(tokens)\n"
+            "            model.positions = [tokens.shape[1] - 1 - step] + [1] * (step + 1)"
+        ),
+        "then only the one new token each step",
+    ),
+    "padded_generate, recomputed, its calls to the feeder skipped where it can": (
+        "test_padded_generate",
+        "        logits, past_kvs = model(next_token[:, None], mask, past_kvs)\n    return tokens\n",
+        (
+            "        logits, past_kvs = model(tokens, mask)\n        model.__dict__.pop('positions', None)\n"
+            "    return tokens\n"
+        ),
+        "then only the one new token each step",
+    ),
+    "padded_generate, a forward for the last new token too": (
+        "test_padded_generate",
+        "if finished.all() or step == max_new_tokens - 1:",
+        "if finished.all() or step == max_new_tokens:",
+        "which bring the longest prompt to n_ctx + 1",
+    ),
+}
+
+
+def test_07s_generations_run_on_stand_ins_the_feeder_serves(tmp_path):
+    verdicts = judge.verdicts(fed("07_sampling_and_kv_cache", tmp_path / "honest"))
+    assert all(v["passed"] for v in verdicts.values()), {k: v for k, v in verdicts.items() if not v["passed"]}
+    for i, (grade_id, old, new, cause) in enumerate(CACHE_FORGERIES.values()):
+        namespace = course_with("07_sampling_and_kv_cache", old, new)
+        verdict = judge.verdicts(fed("07_sampling_and_kv_cache", tmp_path / str(i), namespace=namespace))[grade_id]
+        assert not verdict["passed"] and cause in verdict["message"], (new, verdict)
+
+
 def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_path):
     prepared = fed("09_encoder_decoder", tmp_path / "a")
     name = next(n for n, p in prepared.probes.items() if p.grade_id == "test_greedy_decode")
@@ -2518,7 +2559,7 @@ def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_
     try:
         entry, tensors = request["fetch"](name)
         spec = entry["args"][0]
-        assert "served_seq2seq" in spec and "table_seq2seq" not in spec, spec
+        assert spec.get("served") == name and "table_seq2seq" not in spec, spec
         assert not any(key.startswith(f"{name}.in0") for key in tensors), sorted(tensors)
         model = tensors[f"served:{name}"]
         assert not any(p.numel() for p in model.parameters())
