@@ -749,6 +749,34 @@ def _learners(spec: dict) -> bool:
     return "module" in spec or "dataclass" in spec
 
 
+_STAND_INS = ("served", "table_lm", "prefix_lm", "table_seq2seq", "kv_prefix_lm")  # the judge's stand-in models
+
+
+def _posing_as_annotated(model, target, at: int, namespace: dict):
+    """A stand-in model, made an instance of the class the learner's function annotates its `at`-th parameter with
+    (`model: KVCacheTransformer`) where that is a module class: an honest function checked at run time
+    (`@jaxtyped(typechecker=beartype)`) would refuse the stand-in otherwise. The stand-in's own methods come first;
+    the learner's class is never instantiated."""
+    import inspect
+
+    import torch
+
+    try:
+        parameters = list(inspect.signature(target).parameters.values())
+        annotation = parameters[at].annotation if at < len(parameters) else None
+    except (TypeError, ValueError):
+        return model
+    if isinstance(annotation, str) and annotation.isidentifier():
+        annotation = namespace.get(annotation)
+    if not (isinstance(annotation, type) and issubclass(annotation, torch.nn.Module)) or isinstance(model, annotation):
+        return model
+    try:
+        model.__class__ = type(annotation.__name__, (type(model), annotation), {})
+    except TypeError:  # a class whose layout differs (slots): the stand-in as it is
+        pass
+    return model
+
+
 def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     import torch
 
@@ -772,6 +800,9 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
                 args[j] = args[model_at].run_with_cache(tokens)[1]
     names = list(probe.get("keywords", []))
     script = probe.get("script")
+    for j, spec in enumerate(specs):
+        if any(key in spec for key in _STAND_INS):
+            args[j] = _posing_as_annotated(args[j], target, j, namespace)
 
     def call() -> dict:
         modes_before = _learner_modes()

@@ -2538,6 +2538,26 @@ def test_07s_generations_run_on_stand_ins_the_feeder_serves(tmp_path):
         assert not verdict["passed"] and cause in verdict["message"], (new, verdict)
 
 
+TYPE_CHECKED = '@__import__("jaxtyping").jaxtyped(typechecker=__import__("beartype").beartype)\n'
+
+
+@pytest.mark.parametrize(
+    ("notebook", "grade_id", "line"),
+    [
+        ("07_sampling_and_kv_cache", "test_cached_generate", "def cached_generate(\n"),
+        ("07_sampling_and_kv_cache", "test_padded_generate", "def padded_generate(\n"),
+        ("09_encoder_decoder", "test_greedy_decode", "def greedy_decode("),
+    ],
+)
+def test_a_function_checked_at_run_time_takes_the_judges_stand_in(notebook, grade_id, line, tmp_path):
+    """`model: KVCacheTransformer` checked at run time (`@jaxtyped(typechecker=beartype)`) refused the judge's stand-in,
+    which was no instance of it: the stand-in poses as the class the learner annotates, its own methods first."""
+    namespace = course_with(notebook, line, TYPE_CHECKED + line)
+    verdict = judge.verdicts(fed(notebook, tmp_path / "fed", namespace=namespace))[grade_id]
+    assert verdict["passed"], verdict
+    assert verdict_of(notebook, grade_id, namespace, tmp_path / "plain")["passed"]
+
+
 def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_path):
     prepared = fed("09_encoder_decoder", tmp_path / "a")
     name = next(n for n, p in prepared.probes.items() if p.grade_id == "test_greedy_decode")
