@@ -902,6 +902,65 @@ class Prepared:
     seed: int
     probes: dict[str, Probe]  # probe name ("p0", ...) -> probe
     expected: dict = field(repr=False, default_factory=dict)  # probe name -> tensor, or dict of tensors
+    # a seeded probe's replicas, run in a phase of their own (`_replicas`): name -> (the probe's name, the same
+    # seed?, whether the course's draws differ for the other seed)
+    replicas: dict = field(default_factory=dict)
+
+
+REPLICA = 10_000  # a replica's name: "p<REPLICA + i>" (same seed) and "p<2 * REPLICA + i>" (another seed)
+
+
+def _renamed(value, old: str, new: str):
+    """A probe's JSON entry with its tensor keys moved from probe `old`'s to probe `new`'s."""
+    if isinstance(value, str):
+        return new + value[len(old) :] if value.startswith(f"{old}.") else value
+    if isinstance(value, list):
+        return [_renamed(v, old, new) for v in value]
+    if isinstance(value, dict):
+        return {k: _renamed(v, old, new) for k, v in value.items()}
+    return value
+
+
+def _replicas(course, probe: Probe, name: str, index: int, entry: dict, values, keywords, tensors, prepared) -> list:
+    """A seeded probe (`same_seed_twice`) run again in a process of its own, where no state of the first run's is
+    (the check that two calls from one generator state draw the same was made in the learner's process, where a
+    sampler that ignored the generator and kept its first result for a generator state passed it): once with the same
+    seed (the draws must be the same) and once with another (they must differ where the course's do)."""
+    import torch
+
+    at = next(j for j, spec in enumerate(entry["args"]) if "generator" in spec)
+    other = (entry["args"][at]["generator"] + 1 + secrets.randbelow(2**30)) % 2**31
+    course_draws = []
+    for seed in (entry["args"][at]["generator"], other):
+        args = [torch.Generator().manual_seed(seed) if j == at else _copy(v) for j, v in enumerate(values)]
+        n_positional = len(args) - len(keywords)
+        course_draws.append(
+            SCRIPTS["same_seed_twice"](
+                getattr(course, probe.target), *args[:n_positional], **dict(zip(keywords, args[n_positional:]))
+            )
+        )
+    differ = not _same(course_draws[0], course_draws[1])
+    out = []
+    for copy_at, seed in ((1, entry["args"][at]["generator"]), (2, other)):
+        replica = f"p{copy_at * REPLICA + index}"
+        again = _renamed(dict(entry, name=replica), name, replica)
+        again["args"][at] = {"generator": seed}
+        again["replica"] = copy_at
+        tensors.update({replica + k[len(name) :]: t.clone() for k, t in list(tensors.items()) if k.startswith(f"{name}.")})
+        prepared.probes[replica] = probe
+        prepared.replicas[replica] = (name, copy_at == 1, differ)
+        out.append(again)
+    return out
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
 def _random_parameters(module, gen) -> None:
@@ -1422,6 +1481,11 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             if probe.output == "param_groups":
                 expected = param_group_decay(expected, values[0])
         prepared.probes[name] = probe
+        if probe.script == "same_seed_twice":
+            every = [*values, *keywords.values()]
+            replicas = _replicas(course, probe, name, i, entry, every, probe.keywords, tensors, prepared)
+        else:
+            replicas = []
         if probe.output == "tuple" and not probe.expect:
             expected = {str(i): value for i, value in enumerate(expected)}
         if probe.expect in ("segment_rules", "train_batches", "addition_run"):
@@ -1435,6 +1499,9 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
         else:
             prepared.expected[name] = expected.detach().clone()
         entries.append(entry)
+        for replica in replicas:
+            prepared.expected[replica["name"]] = prepared.expected[name]
+            entries.append(replica)
     tensors = {k: v.contiguous() for k, v in tensors.items()}
     save_file(tensors, str(folder / "probes.safetensors"))
     (folder / REQUEST).write_text(json.dumps({"files": ["probes.safetensors"], "probes": entries}, indent=1))
@@ -1458,7 +1525,11 @@ def _load_outputs(out: Path, prepared: Prepared) -> tuple[dict, dict, str | None
     probe forbids is still in the process) is ignored."""
     request = {
         "probes": [
-            {"name": name, "forbidden_ops": list(forbidden_ops(prepared.notebook, probe.target))}
+            {
+                "name": name,
+                "forbidden_ops": list(forbidden_ops(prepared.notebook, probe.target)),
+                "replica": 1 if name in prepared.replicas else 0,
+            }
             for name, probe in prepared.probes.items()
         ]
     }
@@ -1966,10 +2037,29 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
             why = "no output returned" + (f" ({next(iter(errors.values()))})" if errors else "")
         if why is not None and probe.hint and not problem:
             why = f"{probe.hint} ({why})"
+        if why is None and name in prepared.replicas:
+            why = _replicated(probe, got, _collect(probe, prepared.replicas[name][0], outputs), *prepared.replicas[name][1:])
         old = result.get(probe.grade_id)
         if old is None or old["passed"]:
             result[probe.grade_id] = {"passed": why is None, "message": None if why is None else f"judge: {why}"}
     return result
+
+
+def _replicated(probe: Probe, got, first, same_seed: bool, course_differs: bool) -> str | None:
+    """A seeded probe's replica, run in another process (`_replicas`), against the probe's own output."""
+    if first is None:
+        return None  # the probe itself failed, and says why
+    if same_seed and not _same(got, first):
+        return (
+            f"{probe.target} drew differently in two processes from generators in the same state: draw with the "
+            "`generator` given (torch.multinomial(..., generator=generator)), so that a seed reproduces a run"
+        )
+    if not same_seed and course_differs and _same(got, first):
+        return (
+            f"{probe.target} drew the same from generators seeded differently: draw with the `generator` given, "
+            "not a generator or seed of your own"
+        )
+    return None
 
 
 def no_result(notebook: str, why: str) -> dict[str, dict]:

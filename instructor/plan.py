@@ -1,9 +1,9 @@
 """Which code of a submission the judge's probe child runs, in which order: the plan, built without running anything.
 
 The probe child (`instructor.template.run_probe_plan`) runs the learner's *definitions* (imports, functions,
-classes, plain assignments, tables a cell fills in, also under an `if`, a `try`, a `with` or a loop) from the
-exercises and from cells they added, with the instructor's own given cells that those definitions need, and then
-the judge's probes (`instructor.judge`). Top-level statements that do something (calls, `torch.x = ...`, a training
+classes, plain assignments, tables a cell fills in, also under an `if`, a `try`, a `with` or a loop over a table)
+from the exercises and from cells they added, with the instructor's own given cells that those definitions need,
+and then the judge's probes (`instructor.judge`). Top-level statements that do something (calls, `torch.x = ...`, a training
 run) are dropped: they cost time and decide nothing, since every verdict is computed outside the learner's process.
 Nothing is refused here by what the code names: what an exercise may not run is refused where it runs (the operators
 taken out of the probe child, the record, the sandbox).
@@ -123,14 +123,38 @@ def _fills_own_data(stmt: ast.stmt, data: set[str]) -> bool:
     return False
 
 
+_TABLE_VIEWS = frozenset({"items", "keys", "values"})
+_OVER = frozenset({"enumerate", "zip", "sorted", "reversed"})
+
+
+def _over_a_table(node: ast.AST, data: set[str]) -> bool:
+    """A loop's iterable that is a table written in the cell: a literal tuple, list, set or dict, a name the same body
+    bound to a value of its own, their `.items()`, `.keys()` or `.values()`, and `enumerate`, `zip`, `sorted` or
+    `reversed` of those. Such a loop fills a table in or attaches methods, a bounded number of times; a loop over a
+    range or a data loader is an action (a training run in an added cell would run in every phase)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in data
+    if not isinstance(node, ast.Call) or node.keywords:
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _TABLE_VIEWS and not node.args:
+        return _over_a_table(func.value, data)
+    if isinstance(func, ast.Name) and func.id in _OVER and node.args:
+        return all(_over_a_table(arg, data) for arg in node.args)
+    return False
+
+
 def _definitions_in(
     body: list[ast.stmt], dropped: list[ast.stmt], own: frozenset[str] = frozenset(), data: frozenset[str] = frozenset()
 ) -> list[ast.stmt]:
-    """The definitions of `body`. An `if`, `try`, `with`, `for` or `while` that defines something is kept with only
-    its definitions (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`, a table
-    filled in or methods attached by a loop): its condition, context or iterable runs as an assignment's value
-    would; a `try` whose body holds an action is dropped whole. Everything else is an action, dropped into
-    `dropped`. `data`: the names an enclosing body bound to values of its own, which this one may fill in."""
+    """The definitions of `body`. An `if`, `try`, `with` or `for` that defines something is kept with only its
+    definitions (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`, a table
+    filled in or methods attached by a loop over a table the cell wrote, `_over_a_table`): its condition, context or
+    iterable runs as an assignment's value would; a `try` whose body holds an action is dropped whole. Everything
+    else is an action, dropped into `dropped`. `data`: the names an enclosing body bound to values of its own,
+    which this one may fill in."""
     kept = []
     data = set(data)  # names this body binds to values of its own (`C = {}`), which it may then fill in
     for stmt in body:
@@ -147,7 +171,10 @@ def _definitions_in(
                     if isinstance(n, ast.Name)
                 }
             continue
-        if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For, ast.While)):
+        if isinstance(stmt, ast.For) and not _over_a_table(stmt.iter, data):
+            dropped.append(stmt)  # a loop over anything else (a range, a loader) is an action: training, say
+            continue
+        if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For)):
             inner: list[ast.stmt] = []
             node = copy.copy(stmt)
             fields = ["body", "orelse", "finalbody"]
@@ -177,7 +204,7 @@ def _definitions_in(
 def definitions_only(tree: ast.Module, own: frozenset[str] = frozenset()) -> tuple[ast.Module, list[str]]:
     """`tree` with only imports, function/class definitions, assignments to plain names and attributes set on the
     classes and functions named in `own` (the notebook's: a method added after its class), also inside an `if`, a
-    `try`, a `with` or a loop; and what was dropped."""
+    `try`, a `with` or a loop over a table the cell wrote; and what was dropped."""
     dropped: list[ast.stmt] = []
     kept = _definitions_in(tree.body, dropped, own)
     notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]

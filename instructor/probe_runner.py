@@ -1482,14 +1482,15 @@ def phases(request: dict) -> list[list[str]]:
     (`template.run_probe_plan`, `take_out_operators`). One group where every probe forbids the same (all but 04's,
     05's and 08's); at most MAX_PHASES (past that, the last groups share a process and each is refused what any of
     them is: never an oracle left in, perhaps honest code refused)."""
-    groups: dict[frozenset, list[str]] = {}
-    for probe in request["probes"]:
-        groups.setdefault(frozenset(probe.get("forbidden_ops", ())), []).append(probe["name"])
-    keys = sorted(groups, key=lambda key: (len(_operator_rules({"forbidden_ops": key})), len(key)))
-    ordered = [groups[key] for key in keys]
-    while len(ordered) > MAX_PHASES:  # never for the course's notebooks
+    groups: dict[tuple, list[str]] = {}
+    for probe in request["probes"]:  # a seeded probe's replicas in a process of their own (`judge._replicas`)
+        key = (frozenset(probe.get("forbidden_ops", ())), bool(probe.get("replica")))
+        groups.setdefault(key, []).append(probe["name"])
+    keys = sorted(groups, key=lambda key: (key[1], len(_operator_rules({"forbidden_ops": key[0]})), len(key[0])))
+    ordered = [groups[key] for key in keys if not key[1]]
+    while len(ordered) > max(1, MAX_PHASES - 1):  # never for the course's notebooks; replicas are never merged
         ordered[-2:] = [ordered[-2] + ordered[-1]]
-    return ordered
+    return ordered + [groups[key] for key in keys if key[1]]
 
 
 def run_probes(

@@ -146,6 +146,7 @@ def run_probe_plan(
                     os.chdir(scratch)
                     sys.path.insert(0, scratch)
                 no_new_tasks()
+                _fresh_randomness()
                 phase = None
                 if probes is not None:
                     chosen = [p for p in probes["probes"] if p["name"] in names]
@@ -178,6 +179,20 @@ def run_probe_plan(
         fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+
+
+def _fresh_randomness() -> None:
+    """A phase's global random generators seeded afresh (a fork copies its runner's state): code that draws from them
+    and not from the generator a probe gives draws differently in another phase (`judge._replicas`)."""
+    import random
+
+    import torch
+
+    seed = int.from_bytes(os.urandom(8), "big") >> 1
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed % 2**32)
 
 
 def _read_files(folder: str, names, limit: int = 64 << 20) -> dict[str, bytes]:

@@ -949,21 +949,26 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
     code = (
         "import math\nimport torch\nC = {}\nC['sqrt_2_over_pi'] = math.sqrt(2 / math.pi)\nC.update(k=0.044715)\n"
         "ROWS = []\nROWS.append(1)\nROWS += [2]\nN = 0\nN += 1\ntorch.allclose = None\nmath.pi = 3\n"
-        "for i in range(3):\n    ROWS.append(i)\n    print(i)\n    if i == 1:\n        break\n"
+        "for i in (3, 4, 5):\n    ROWS.append(i)\n    print(i)\n    if i == 4:\n        break\n"
         "for name, value in (('cubic', 0.044715),):\n    C[name] = value\n"
+        "for key, value in sorted({'b': 2, 'a': 1}.items()):\n    C[key] = value\n"
         "while len(ROWS) < 9:\n    ROWS.append(0)\n"
-        "for step in range(3):\n    train_step()\n    continue\nprint(C)\n"
+        "for step in range(3):\n    ROWS.append(train_step())\n    continue\n"
+        "for batch in loader:\n    ROWS.append(batch)\nprint(C)\n"
     )
     tree, dropped = definitions_only(ast.parse(code))
     kept = ast.unparse(tree)
     for line in ("C['sqrt_2_over_pi'] = ", "C.update(k=0.044715)", "ROWS.append(1)", "ROWS += [2]", "N += 1"):
         assert line in kept, kept
     assert "torch.allclose" not in kept and "math.pi = 3" not in kept and "print" not in kept
-    assert "for step" not in kept and "train_step" not in kept
+    assert "for step" not in kept and "train_step" not in kept and "while" not in kept and "loader" not in kept
     namespace = {}
     exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
-    assert namespace["C"]["cubic"] == 0.044715 and namespace["ROWS"] == [1, 2, 0, 1, 0, 0, 0, 0, 0]  # `break` kept
-    assert len(dropped) == 5, dropped  # torch.allclose, math.pi, print(i), the loop that only acts, print(C)
+    assert namespace["C"]["cubic"] == 0.044715 and namespace["C"]["b"] == 2
+    assert namespace["ROWS"] == [1, 2, 3, 4]  # `break` kept
+    # torch.allclose, math.pi, print(i), the `while`, the loops over a range and a loader (a training run in an
+    # added cell would run in every phase), print(C)
+    assert len(dropped) == 7, dropped
     # ... a starred target, and a cache made where a bare name raises NameError (a red-team review: both dropped)
     code = "MEAN_DIM, *NOTES = (-1, 'over d_model')\ntry:\n    _CACHE\nexcept NameError:\n    _CACHE = {}\n"
     tree, dropped = definitions_only(ast.parse(code))
@@ -977,7 +982,7 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
         "if torch.cuda.is_available():\n    DEVICE = 'cuda'\n    print('gpu')\nelse:\n    DEVICE = 'cpu'\n"
         "try:\n    from einops import reduce\nexcept ImportError:\n    reduce = None\n    print('none')\n"
         "with torch.no_grad():\n    W = torch.ones(3)\n"
-        "if DEBUG:\n    print(1)\nfor i in range(3):\n    X = i\nfor i in range(3):\n    print(i)\n"
+        "if DEBUG:\n    print(1)\nfor i in (0, 1, 2):\n    X = i\nfor i in [0, 1]:\n    print(i)\n"
     )
     tree, dropped = definitions_only(ast.parse(code))
     namespace = {"torch": torch}

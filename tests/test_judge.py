@@ -2378,6 +2378,66 @@ def test_a_sampler_that_ignores_its_generator_or_draws_greedily_fails(tmp_path):
     assert not verdict["passed"] and "do not follow the course's distribution" in verdict["message"], verdict
 
 
+def run_forked(notebook: str, namespace: dict, folder, only: frozenset[str]) -> judge.Prepared:
+    """`run`, each phase in a process of its own forked from this one with its random generators seeded afresh, as
+    the probe child runs them: what one phase keeps in memory is not in the next."""
+    from instructor.template import _fresh_randomness
+
+    prepared = judge.prepare(notebook, folder / "job", only)
+    request = probe_runner.load_request(str(prepared.folder))
+    probe_runner.prepare_output(str(prepared.folder), None)
+    for index, names in enumerate(probe_runner.phases(request)):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _fresh_randomness()
+                phase = dict(request, probes=[probe for probe in request["probes"] if probe["name"] in names])
+                probe_runner.run_probes(phase, namespace, timeout=30, deadline=time.monotonic() + 300, phase=index)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+    return prepared
+
+
+SEEDED_FORGERIES = {  # samplers that do not draw with the generator given, and still pass a check in one process
+    # the first result kept for a generator state: two calls from one state draw the same, in one process
+    "kept for a generator state": (
+        (
+            "    kept = sample_next_token.__dict__.setdefault('kept', {})\n"
+            "    key = bytes(generator.get_state().tolist()) if generator is not None else None\n"
+            "    if key not in kept:\n"
+            "        kept[key] = torch.multinomial(logits.softmax(dim=-1), num_samples=1)[:, 0]\n"
+            "    return kept[key].clone()\n"
+        ),
+        "drew differently in two processes from generators in the same state",
+    ),
+    # a seed of its own: the same draws in every process, whatever generator is given
+    "a seed of its own": (
+        (
+            "    mine = torch.Generator().manual_seed(0)\n"
+            "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=mine)[:, 0]\n"
+        ),
+        "drew the same from generators seeded differently",
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(SEEDED_FORGERIES))
+def test_a_sampler_that_ignores_its_generator_fails_in_another_process(forgery, tmp_path):
+    """A seeded probe runs again in a phase of its own (`judge._replicas`): with the same seed, and with another."""
+    old = "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n"
+    new, cause = SEEDED_FORGERIES[forgery]
+    namespace = course_with("07_sampling_and_kv_cache", old, new)
+    only = frozenset({"test_sample_next_token"})
+    verdict = judge.verdicts(run_forked("07_sampling_and_kv_cache", namespace, tmp_path, only))[
+        "test_sample_next_token"
+    ]
+    assert not verdict["passed"] and cause in verdict["message"], verdict
+    honest = course_as_learner("07_sampling_and_kv_cache")
+    verdicts = judge.verdicts(run_forked("07_sampling_and_kv_cache", honest, tmp_path / "honest", only))
+    assert verdicts["test_sample_next_token"]["passed"], verdicts
+
+
 # Code laundering (issue #20): the course's own answer for the notebook being graded, reached through
 # harness.components by whatever route (here plainly; a string annotation or a timeit template gets the same
 # object), runs code compiled from solutions/<notebook>.ipynb, which the probe's record shows.
