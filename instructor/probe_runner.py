@@ -92,6 +92,7 @@ def _fed(fd: int, read=os.read, limit: int = _FEED_LIMIT) -> bytes:
 
 
 _CALL_LIMIT = 1 << 20  # one model call's tensors: a few kB for the course's stand-ins
+_CALLS = 20_000  # the model calls a job's feeder answers (the course's decoders make a few dozen)
 def _served_call(model, op: str, specs, raw: bytes):
     """One call of a served stand-in model, its tensors read from the child's bytes: only the ops and dtypes the
     stand-in's `served_ops` allows, of at most 4 dimensions of 4,096 each, filling `raw` exactly."""
@@ -114,9 +115,16 @@ def _served_call(model, op: str, specs, raw: bytes):
         offset += size
     if offset != len(raw):
         raise ValueError("more bytes than the shapes say")
-    with torch.no_grad():
-        out = getattr(model, op)(*tensors)
+    try:
+        with torch.no_grad():
+            out = getattr(model, op)(*tensors)
+    except Exception as err:  # noqa: BLE001 - the stand-in's own refusal (past n_ctx), not an unreadable call
+        raise StandInRaised(f"{type(err).__name__}: {str(err)[:200]}") from None
     return out if isinstance(out, tuple) else (out,)
+
+
+class StandInRaised(Exception):
+    """What a served stand-in model raised on a call it could read (`_served_call`)."""
 
 
 def _served_model(spec: dict, tensors: dict):
@@ -159,11 +167,15 @@ def serve_request(folder: str, fd: int, report: int | None = None) -> None:
                     name, op = header["probe"], header["op"]
                     if name not in models:
                         raise ValueError("no stand-in is served for this probe now")
+                    if sum(sum(n for n in ops.values() if isinstance(n, int)) for ops in counts.values()) >= _CALLS:
+                        raise ValueError(f"more than {_CALLS} model calls in one job")
                     if op in models[name].served_ops:  # counted before anything else: a call that fails still ran
                         counts[name][op] = counts[name].get(op, 0) + 1
                     outs = _served_call(models[name], op, header["shapes"], message[5 + size :])
                     rows = [(str(t.dtype).removeprefix("torch."), tuple(t.shape), t.numpy().tobytes()) for t in outs]
                     reply = ("ok", rows)
+                except StandInRaised as err:  # raised in the child as the stand-in raised it (a ValueError)
+                    reply = ("raised", str(err))
                 except Exception as err:  # noqa: BLE001 - the child's call is wrong: said to it, serving goes on
                     reply = ("error", f"{type(err).__name__}: {str(err)[:200]}")
                 _feed(fd, pickle.dumps(reply))
@@ -239,9 +251,9 @@ def feeder_client(folder: str, sock, report: int | None = None) -> dict:
             status, value = loads(fed(fd))
         except (OSError, EOFError) as err:
             raise ProbeError(f"the judge's feeder could not answer a model call ({type(err).__name__})") from None
+        if status == "raised" and value.startswith("ValueError: "):  # the stand-in's refusal (past n_ctx)
+            raise ValueError(value.removeprefix("ValueError: "))
         if status != "ok":
-            if value.startswith("ValueError: "):  # the stand-in's own refusal (past n_ctx): raised as it would be
-                raise ValueError(value.removeprefix("ValueError: "))
             raise ProbeError(f"the judge's stand-in model refused a call of {op}: {value}")
         outs = tuple(tensor(*row) for row in value)
         return outs if len(outs) > 1 else outs[0]

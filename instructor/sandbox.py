@@ -330,6 +330,18 @@ class Confinement:
     def uid(self, slot: int) -> int:
         return UID_BASE + self.family * UID_COUNT + slot % UID_COUNT
 
+    def charge(self, slot: int, memory_bytes: int) -> None:
+        """This process, and what it starts, joins `slot`'s cgroups (memory, process count, CPU share): what it uses
+        is the slot's, as root still (the probe feeder, which serves a learner's calls, is charged to that learner)."""
+        if self.cgroup_dir:
+            limit = str(int(memory_bytes)) if memory_bytes else ""
+            limits = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit} if limit else {}
+            self._join(self.cgroup_dir, slot, limits)
+        if "pids" in self.extra:
+            self._join(self.extra["pids"], slot, {"pids.max": str(CHILD_PIDS)})
+        if "cpu" in self.extra:
+            self._join(self.extra["cpu"], slot, {})
+
     def _join(self, folder: str, slot: int, limits: dict[str, str]) -> None:
         group = os.path.join(folder, f"{self.prefix}{slot}")
         os.makedirs(group, exist_ok=True)
@@ -393,14 +405,7 @@ class Confinement:
         uid = self.uid(slot)
         for folder in own:
             self._own(folder, uid)
-        if self.cgroup_dir:
-            limit = str(int(memory_bytes)) if memory_bytes else ""
-            limits = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit} if limit else {}
-            self._join(self.cgroup_dir, slot, limits)
-        if "pids" in self.extra:
-            self._join(self.extra["pids"], slot, {"pids.max": str(CHILD_PIDS)})
-        if "cpu" in self.extra:
-            self._join(self.extra["cpu"], slot, {})
+        self.charge(slot, memory_bytes)
         try:
             home = self._private_tmp(uid, memory_bytes, probe=not own)
             self.private_tmp = ""

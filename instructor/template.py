@@ -280,7 +280,7 @@ def _load_probes(folder: str | None, uid: int | None):
         return None
 
 
-def _fed_probes(folder: str, uid: int | None):
+def _fed_probes(folder: str, uid: int | None, charge=None):
     """The probe child's request from a feeder (`probe_runner.serve_request`): a process forked here, as root and
     before any learner code, that alone reads the judge's files and hands each probe's inputs over when the runner
     asks for them. It ends when this process does (its socket closes; the template also ends the session)."""
@@ -296,6 +296,8 @@ def _fed_probes(folder: str, uid: int | None):
             from instructor.sandbox import close_fds_except
 
             close_fds_except((theirs.fileno(), told))
+            if charge is not None:  # what it serves the learner's calls with is the learner's memory and CPU
+                charge()
             serve_request(folder, theirs.fileno(), report=told)
         finally:
             os._exit(0)
@@ -709,7 +711,8 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
     plan = job["plan"]
     uid = confinement.uid(slot) if confinement is not None else None
     if confinement is not None and job.get("probes"):
-        probes = _fed_probes(job["probes"], uid)  # the inputs stay out of this process until each probe runs
+        # the inputs stay out of this process until each probe runs
+        probes = _fed_probes(job["probes"], uid, lambda: confinement.charge(slot, memory))
     else:
         probes = _load_probes(job.get("probes"), uid)
     if confinement is not None:

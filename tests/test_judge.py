@@ -2618,7 +2618,7 @@ def test_a_function_checked_at_run_time_takes_the_judges_stand_in(notebook, grad
     assert verdict_of(notebook, grade_id, namespace, tmp_path / "plain")["passed"]
 
 
-def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_path):
+def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_path, monkeypatch):
     prepared = fed("09_encoder_decoder", tmp_path / "a")
     name = next(n for n, p in prepared.probes.items() if p.grade_id == "test_greedy_decode")
     counts = json.loads((prepared.folder / probe_runner.OUT_DIR / probe_runner.SERVED).read_text())
@@ -2628,6 +2628,7 @@ def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_
     import socket
 
     prepared = judge.prepare("09_encoder_decoder", tmp_path / "b" / "job")
+    monkeypatch.setattr(probe_runner, "_CALLS", 3)  # the feeder's bound on a job's calls, lowered for the test
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
@@ -2646,6 +2647,9 @@ def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_
         with pytest.raises(probe_runner.ProbeError, match="refused a call of decode"):  # shapes that disagree
             model.decode(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 3, 7), torch.zeros(1, 2))
         assert model.encode(torch.zeros(1, 2, dtype=torch.long)).shape[:2] == (1, 2)  # serving goes on
+        model.encode(torch.zeros(1, 2, dtype=torch.long))
+        with pytest.raises(probe_runner.ProbeError, match="more than 3 model calls"):  # calls cost the feeder
+            model.encode(torch.zeros(1, 2, dtype=torch.long))
         with pytest.raises(probe_runner.ProbeError, match="could not answer"):  # past the feeder's bound: it stops
             model.decode(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, 1 << 18), torch.zeros(1, 2))
     finally:
