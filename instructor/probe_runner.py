@@ -1500,9 +1500,10 @@ def phases(request: dict) -> list[list[str]]:
         groups.setdefault(key, []).append(probe["name"])
     keys = sorted(groups, key=lambda key: (key[1], len(_operator_rules({"forbidden_ops": key[0]})), len(key[0])))
     ordered = [groups[key] for key in keys if not key[1]]
-    while len(ordered) > max(1, MAX_PHASES - 1):  # never for the course's notebooks; replicas are never merged
-        ordered[-2:] = [ordered[-2] + ordered[-1]]
-    return ordered + [groups[key] for key in keys if key[1]]
+    replicas = [groups[key] for key in keys if key[1]]
+    while len(ordered) > max(1, MAX_PHASES - len(replicas)):  # never for the course's notebooks; replicas never
+        ordered[-2:] = [ordered[-2] + ordered[-1]]  # share a process with what they are compared with
+    return ordered + replicas
 
 
 def run_probes(
