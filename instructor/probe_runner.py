@@ -1080,6 +1080,7 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     import copy
     import inspect
     import io
+    import numbers
 
     import torch
 
@@ -1087,7 +1088,10 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     run = 0
 
     def addition_data(n, n_digits, seed=0):
-        if not all(isinstance(x, int) or (isinstance(x, torch.Tensor) and x.numel() == 1) for x in (n, n_digits, seed)):
+        whole = (numbers.Integral, torch.Tensor)  # a numpy integer is one; a tensor of one element too
+        if not all(isinstance(x, whole) and not isinstance(x, bool) for x in (n, n_digits, seed)) or any(
+            isinstance(x, torch.Tensor) and (x.numel() != 1 or x.is_floating_point()) for x in (n, n_digits, seed)
+        ):
             raise ProbeError("addition_data was called with arguments that are not integers")
         asked = [int(n), int(n_digits), int(seed)]
         if not all(-(2**63) <= x < 2**63 for x in asked):
