@@ -475,13 +475,11 @@ def cover_sources(kind: str) -> list[str]:
     import importlib
     import importlib.util
 
-    from instructor.rules import FORBIDDEN_OPS, ORACLES, TL_EXERCISES, TORCH_INTERNAL_IMPLEMENTATIONS
+    from instructor.rules import TORCH_INTERNAL_IMPLEMENTATIONS, all_python_paths
     from instructor.sandbox import _MS_BIND, _MS_RDONLY, _MS_REMOUNT, _libc, _mount, cover
 
-    rules = {*ORACLES, *(r for table in FORBIDDEN_OPS.values() for group in table.values() for r in group)}
     hidden = PROBE_TEMPLATES[kind]["hidden"]
     if kind == "transformer_lens":
-        rules |= {r for group in TL_EXERCISES.values() for r in group}
         # every module of TransformerLens imported before its files are covered (a module first imported later,
         # from a covered file, would be empty): 384 import here in 0.1 s beyond what `import transformer_lens` does
         import pkgutil
@@ -493,7 +491,7 @@ def cover_sources(kind: str) -> list[str]:
                 importlib.import_module(module.name)
             except Exception:  # noqa: BLE001, S112 - one that cannot import here cannot be imported by a probe either
                 continue
-    paths = {rule[3:].partition(":")[0] for rule in rules if rule.startswith("py:") and not rule.startswith("py:<")}
+    paths = {path for path in all_python_paths() if not path.startswith("<")}  # `py:<...>`: no file of its own
     # harness's checks are not in a probe template at all; `transformers` holds no answer of 08's (in its template,
     # where TransformerLens needs it); the others' hidden packages are empty folders already
     skip = ("harness/", "transformers/", *(f"{name}/" for name in hidden))
