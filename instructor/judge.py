@@ -903,11 +903,11 @@ class Prepared:
     probes: dict[str, Probe]  # probe name ("p0", ...) -> probe
     expected: dict = field(repr=False, default_factory=dict)  # probe name -> tensor, or dict of tensors
     # a seeded probe's replicas, run in a phase of their own (`_replicas`): name -> (the probe's name, the same
-    # seed?, whether the course's draws differ for the other seed)
+    # generator state?, whether the course's draws differ for the other state)
     replicas: dict = field(default_factory=dict)
 
 
-REPLICA = 10_000  # a replica's name: "p<REPLICA + i>" (same seed) and "p<2 * REPLICA + i>" (another seed)
+REPLICA = 10_000  # a replica's name: "p<REPLICA + i>" (the same generator state), "p<2 * REPLICA + i>" (further on)
 
 
 def _renamed(value, old: str, new: str):
@@ -924,15 +924,18 @@ def _renamed(value, old: str, new: str):
 def _replicas(course, probe: Probe, name: str, index: int, entry: dict, values, keywords, tensors, prepared) -> list:
     """A seeded probe (`same_seed_twice`) run again in a process of its own, where no state of the first run's is
     (the check that two calls from one generator state draw the same was made in the learner's process, where a
-    sampler that ignored the generator and kept its first result for a generator state passed it): once with the same
-    seed (the draws must be the same) and once with another (they must differ where the course's do)."""
-    import torch
+    sampler that ignored the generator and kept its first result for a generator state passed it): once with the
+    same seed (the draws must be the same), and once with that seed's generator a few draws further on (they must
+    differ where the course's do: a sampler drawing from a seed of its own, or from `generator.initial_seed()`, which
+    the further generator shares, passed every other check)."""
+    from instructor.probe_runner import seeded_generator
 
     at = next(j for j, spec in enumerate(entry["args"]) if "generator" in spec)
-    other = (entry["args"][at]["generator"] + 1 + secrets.randbelow(2**30)) % 2**31
+    seed = entry["args"][at]["generator"]
+    further = 1 + secrets.randbelow(1000)
     course_draws = []
-    for seed in (entry["args"][at]["generator"], other):
-        args = [torch.Generator().manual_seed(seed) if j == at else _copy(v) for j, v in enumerate(values)]
+    for advance in (0, further):
+        args = [seeded_generator(seed, advance) if j == at else _copy(v) for j, v in enumerate(values)]
         n_positional = len(args) - len(keywords)
         course_draws.append(
             SCRIPTS["same_seed_twice"](
@@ -941,10 +944,10 @@ def _replicas(course, probe: Probe, name: str, index: int, entry: dict, values, 
         )
     differ = not _same(course_draws[0], course_draws[1])
     out = []
-    for copy_at, seed in ((1, entry["args"][at]["generator"]), (2, other)):
+    for copy_at, advance in ((1, 0), (2, further)):
         replica = f"p{copy_at * REPLICA + index}"
         again = _renamed(dict(entry, name=replica), name, replica)
-        again["args"][at] = {"generator": seed}
+        again["args"][at] = {"generator": seed, "advance": advance}
         again["replica"] = copy_at
         tensors.update({replica + k[len(name) :]: t.clone() for k, t in list(tensors.items()) if k.startswith(f"{name}.")})
         prepared.probes[replica] = probe
@@ -2058,8 +2061,9 @@ def _replicated(probe: Probe, got, first, same_seed: bool, course_differs: bool)
         )
     if not same_seed and course_differs and _same(got, first):
         return (
-            f"{probe.target} drew the same from generators seeded differently: draw with the `generator` given, "
-            "not a generator or seed of your own"
+            f"{probe.target} drew the same from a generator in another state (the same seed, a few draws further "
+            "on): draw with the `generator` given, not a generator or seed of your own (nor one seeded from "
+            "generator.initial_seed())"
         )
     return None
 

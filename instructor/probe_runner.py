@@ -538,6 +538,18 @@ def logit_diff_metric(first: int, second: int):
     return metric
 
 
+def seeded_generator(seed: int, advance: int = 0):
+    """A generator seeded with `seed`, then `advance` draws on: in another state than a fresh one of the same seed,
+    with the same `initial_seed()` (a sampler that seeds a generator of its own from that number, not drawing with
+    the one given, draws the same from both)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    if advance:
+        torch.rand(advance, generator=generator)
+    return generator
+
+
 def _argument(spec: dict, namespace: dict, tensors: dict):
     """One argument of a probe, from its JSON entry (the judge's `_draw`)."""
     if "tensor" in spec:
@@ -565,9 +577,7 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
             raise ProbeError("the judge sent a list that is not of ints")
         return list(values)
     if "generator" in spec:
-        import torch
-
-        return torch.Generator().manual_seed(int(spec["generator"]))
+        return seeded_generator(int(spec["generator"]), int(spec.get("advance", 0)))
     if "logit_diff" in spec:
         first, second = spec["logit_diff"]
         if type(first) is not int or type(second) is not int:

@@ -2417,7 +2417,16 @@ SEEDED_FORGERIES = {  # samplers that do not draw with the generator given, and 
             "    mine = torch.Generator().manual_seed(0)\n"
             "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=mine)[:, 0]\n"
         ),
-        "drew the same from generators seeded differently",
+        "drew the same from a generator in another state",
+    ),
+    # a generator of its own seeded from the given one's initial seed: reproducible, and the same whatever state
+    # the given one is in (every step of a generation would draw alike)
+    "seeded from initial_seed()": (
+        (
+            "    mine = torch.Generator().manual_seed(generator.initial_seed())\n"
+            "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=mine)[:, 0]\n"
+        ),
+        "drew the same from a generator in another state",
     ),
 }
 
