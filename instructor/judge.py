@@ -811,12 +811,13 @@ def _train_batches(course, model, train_windows, val_windows, args) -> dict:
 
     start = copy.deepcopy(model)
     with contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
-        batches = train_batches(course.train, model, train_windows, val_windows, args)
+        batches = train_batches(course.train, model, train_windows, val_windows, args, again=False)
 
     def replay(recorded: list) -> dict:
         again = copy.deepcopy(start)
+        windows = ReplayedWindows(recorded, len(train_windows))
         with contextlib.redirect_stderr(io.StringIO()):
-            out = train_batches(course.train, again, ReplayedWindows(recorded, len(train_windows)), val_windows, args)
+            out = train_batches(course.train, again, windows, val_windows, args, again=False)
         return {key: value for key, value in out.items() if key.startswith("w.")}
 
     return {
@@ -1795,6 +1796,13 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
             return f"addition_data was asked for {asked[:, 0].tolist()} problems{again}, not args.batch_size = {batch_size}"
         if (asked[:, 1] != n_digits).any():
             return f"addition_data was asked for {asked[:, 1].tolist()} digits{again}, not n_digits = {n_digits}"
+    again = got.get("calls.2")
+    weights = [k for k in got if k.startswith("w0.")]
+    if not _same_values(again, calls[0]) or any(not _same_values(got.get(f"w2.{k[3:]}"), got[k]) for k in weights):
+        return (
+            "train_addition asked addition_data for other seeds, or trained other weights, when run again with the "
+            "same arguments: derive every step's seed from args.seed (and the step), so that a seed reproduces a run"
+        )
     replayed = expected["replay"]([c.tolist() for c in calls])
     for key, want in replayed.items():
         if key.startswith("calls."):  # the course's own seeds, not what is judged
@@ -1909,9 +1917,49 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     distinct = len({tuple(map(tuple, batch.tolist())) for batch in batches})
     if distinct < steps // 2:
         return f"trained on {distinct} distinct batch(es) in {steps} steps: draw a new random batch every step"
+    why = _replayed(probe, got, rules, batches, "w")
+    if why is not None:
+        return why
+    # the same arguments again: the same batches and weights (a seed reproduces a run); args.seed + 1: other
+    # batches, each run's record shown true by its own replay
+    again = _run_batches(got, "again")
+    same = len(again) == len(batches) and all(torch.equal(a, b) for a, b in zip(again, batches))
+    weights = [k for k in got if k.startswith("w.")]
+    if not same or any(not _same_values(got.get(f"wa.{k[2:]}"), got[k]) for k in weights):
+        return (
+            "trained on other batches when run again from the same start with the same arguments: draw them from "
+            "the global generator seeded with args.seed (torch.manual_seed), so that a seed reproduces a run"
+        )
+    other = _run_batches(got, "other")
+    why = _replayed(probe, got, rules, other, "wo")
+    if why is not None:
+        return f"with args.seed + 1: {why}"
+    if len(other) == len(batches) and all(torch.equal(a, b) for a, b in zip(other, batches)):
+        return "changing args.seed changed none of the batches: draw them from the generator seeded with args.seed"
+    return None
+
+
+def _run_batches(got: dict, tag: str) -> list:
+    import torch
+
+    found = [got.get(f"{tag}.{i}") for i in range(sum(key.startswith(f"{tag}.") for key in got))]
+    return [b for b in found if isinstance(b, torch.Tensor)]
+
+
+def _same_values(a, b) -> bool:
+    import torch
+
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+
+
+def _replayed(probe: Probe, got: dict, rules: dict, batches: list, prefix: str) -> str | None:
+    """Why the weights a run returned ("<prefix>.<name>") are not what the course's loop trains on the batches its
+    record shows (`_train_batches`'s replay), if they are not."""
+    if len(batches) != rules["batches"]:
+        return f"ran the model on {len(batches)} training batches in {rules['max_steps']} steps: one batch a step"
     close = replace(probe, compare="close", atol=1e-4)  # as the trained weights' probe
     for key, want in rules["replay"](batches).items():
-        why = _compare_tensor(close, got.get(key), want, what=f"the trained {key[2:]}")
+        why = _compare_tensor(close, got.get(f"{prefix}.{key[2:]}"), want, what=f"the trained {key[2:]}")
         if why is not None:
             return (
                 f"{why}, against the course's loop replayed on the batches the model's embedding saw in training "

@@ -1077,7 +1077,8 @@ def addition_problems(key: int, n: int, n_digits: int, seed: int):
 
 
 def addition_run(train_addition, model, args, n_digits: int, key: int, *, namespace: dict, claimed=None) -> dict:
-    """The learner's addition loop run twice on copies of `model`: with `args`, then with `args.seed + 1`. While it
+    """The learner's addition loop run on copies of `model`: with `args`, with `args.seed + 1`, and with `args`
+    again (a seed reproduces a run: the same calls and weights as the first). While it
     runs, the notebook's `addition_data` answers each call with the judge's problems for the seed asked for
     (`addition_problems`), and records the call. Returns each run's calls as (n, n_digits, seed) rows
     ("calls.<run>"), losses ("losses.<run>") and trained weights ("w<run>.<name>").
@@ -1121,12 +1122,13 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     originals = {ident: scope.get("addition_data") for ident, scope in scopes.items()}
     second_args = copy.copy(args)
     second_args.seed = args.seed + 1
-    nets = (copy.deepcopy(model), model)
+    runs = (args, second_args) if claimed is not None and len(claimed) == 2 else (args, second_args, args)
+    nets = [copy.deepcopy(model) for _ in runs]
     out = {}
     try:
         for scope in scopes.values():
             scope["addition_data"] = addition_data
-        for run, (net, run_args) in enumerate(zip(nets, (args, second_args))):
+        for run, (net, run_args) in enumerate(zip(nets, runs)):
             calls.clear()
             with torch.enable_grad(), contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
                 losses = train_addition(net, run_args, n_digits)
@@ -1238,18 +1240,37 @@ def detached_cache(cache_activations, model, tokens) -> dict:
     return out
 
 
-def train_batches(train, model, train_windows, val_windows, args) -> dict:
+def train_batches(train, model, train_windows, val_windows, args, again: bool = True) -> dict:
     """`train` run on `model`, the batches the model was trained on: each token batch its embedding saw while the
     model was in training mode ("batch.<i>"; `evaluate` puts the model in eval mode), and its trained weights
     ("w.<name>"). The record is the learner's to forge, the weights are not: the judge replays the course's loop on
     the recorded batches outside (`ReplayedWindows`) and compares the weights, so a loop that showed the record
-    other batches than it trained on fails."""
+    other batches than it trained on fails. `again`: then from the same start with the same arguments ("again.<i>",
+    "wa.<name>": a seed reproduces a run) and with `args.seed + 1` ("other.<i>", "wo.<name>": the seed is used)."""
+    import copy
+
+    start = copy.deepcopy(model)
+    batches, weights = _recorded_training(train, model, train_windows, val_windows, args)
+    out = {f"batch.{i}": batch for i, batch in enumerate(batches)} | {f"w.{k}": w for k, w in weights.items()}
+    if again:
+        other_args = copy.copy(args)
+        other_args.seed = args.seed + 1
+        for tag, run_args in (("again", args), ("other", other_args)):
+            batches, weights = _recorded_training(train, copy.deepcopy(start), train_windows, val_windows, run_args)
+            out |= {f"{tag}.{i}": batch for i, batch in enumerate(batches)}
+            out |= {f"w{tag[0]}.{k}": w for k, w in weights.items()}
+    return out
+
+
+def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[list, dict]:
+    """`train` run on `model` (its log kept quiet): the batches its embedding saw in training mode with gradients
+    on, and the trained weights."""
     import torch
 
     batches: list = []
 
     def record(module, inputs):
-        if module.training and torch.is_grad_enabled() and len(batches) < MAX_DICT_ENTRIES:
+        if module.training and torch.is_grad_enabled() and len(batches) < MAX_DICT_ENTRIES // 4:
             batches.append(inputs[0].detach().clone())
 
     embed = getattr(model, "embed", None)
@@ -1263,8 +1284,7 @@ def train_batches(train, model, train_windows, val_windows, args) -> dict:
         handle.remove()
     if not batches:
         raise ProbeError("train never ran the model in training mode with gradients on a batch")
-    weights = {f"w.{name}": p.detach().clone() for name, p in model.named_parameters() if _informative(name)}
-    return {f"batch.{i}": batch for i, batch in enumerate(batches)} | weights
+    return batches, {name: p.detach().clone() for name, p in model.named_parameters() if _informative(name)}
 
 
 class ReplayedWindows:

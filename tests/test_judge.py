@@ -1224,6 +1224,38 @@ def test_an_addition_loop_that_forges_the_record_of_its_seeds_fails(forgery, tmp
     assert not verdict["passed"] and "against the course's loop on the problems" in verdict["message"], verdict
 
 
+UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not reproduce or does not change
+    ("test_train", "a clock's seed"): (
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        (
+            "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,), "
+            "generator=torch.Generator().manual_seed(__import__('time').perf_counter_ns()))]"
+        ),
+        "when run again from the same start with the same arguments",
+    ),
+    ("test_train", "a seed of its own"): (
+        "    torch.manual_seed(args.seed)\n",
+        "    torch.manual_seed(1234)\n",
+        "changing args.seed changed none of the batches",
+    ),
+    ("test_train_addition", "a counter's seed"): (
+        "seed=args.seed + 1 + step)",
+        "seed=train_addition.__dict__.setdefault('calls', __import__('itertools').count()).__next__())",
+        "when run again with the same arguments",
+    ),
+}
+
+
+@pytest.mark.parametrize("loop", sorted(UNSEEDED_LOOPS), ids=[" ".join(k) for k in sorted(UNSEEDED_LOOPS)])
+def test_a_loop_whose_draws_a_seed_does_not_reproduce_fails(loop, tmp_path):
+    """Red-team round 8 drew 06's batches and seeds from a clock, a counter or a seed of its own: fresh draws,
+    records shown true by replay. The loop runs again with the same arguments (the same draws and weights are
+    due) and with args.seed + 1 (other draws are due)."""
+    old, new, cause = UNSEEDED_LOOPS[loop]
+    verdict = verdict_of("06_training", loop[0], course_with("06_training", old, new), tmp_path)
+    assert not verdict["passed"] and cause in verdict["message"], verdict
+
+
 def test_a_loop_that_draws_its_batches_another_way_passes(tmp_path):
     """The batch probe judges the batches by rules (their size, fresh ones, training windows only), not against
     the course's draw: windows drawn without replacement pass."""
