@@ -325,7 +325,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("course_weights", ("05_full_gpt2", "DemoTransformer")),
             ("tokens", (64, "n_ctx")),
             ("tokens", (16, "n_ctx")),
-            ("train_args", None),
+            ("train_args", "wide"),
             output="dict",
             script="train_batches",
             expect="train_batches",
@@ -1229,8 +1229,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind in ("run_cache", "addition_key", "finishing_eos", "generate_eos"):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
+        wide = param == "wide"  # batches large enough that draws from a few windows only show (`_windows_due`)
         fields = {
-            "batch_size": _randint(2, 5, gen),
+            # odd sizes: a hard-coded 8, 16 or 32 shows
+            "batch_size": (9, 11, 13)[_randint(0, 2, gen)] if wide else _randint(2, 5, gen),
             "max_steps": _randint(4, 7, gen),
             "lr": round(10 ** (-3 + _randint(0, 100, gen) / 100), 6),
             "warmup_steps": _randint(1, 3, gen),
@@ -1917,6 +1919,12 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     distinct = len({tuple(map(tuple, batch.tolist())) for batch in batches})
     if distinct < steps // 2:
         return f"trained on {distinct} distinct batch(es) in {steps} steps: draw a new random batch every step"
+    windows, due = len(set(rows)), _windows_due(len(train), len(rows))
+    if windows < due:
+        return (
+            f"trained on {windows} distinct windows of the {len(train)} in {len(rows)} rows (uniform draws give at "
+            f"least {due}): draw every batch from all of train_windows (indices below len(train_windows))"
+        )
     why = _replayed(probe, got, rules, batches, "w")
     if why is not None:
         return why
@@ -1937,6 +1945,19 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     if len(other) == len(batches) and all(torch.equal(a, b) for a, b in zip(other, batches)):
         return "changing args.seed changed none of the batches: draw them from the generator seeded with args.seed"
     return None
+
+
+def _windows_due(n: int, rows: int) -> int:
+    """The fewest distinct windows among `rows` drawn uniformly from `n` but with probability RANDOM_FAILURE at most
+    (how many distinct values `rows` draws hit: a dynamic programme over the draws)."""
+    chance = [1.0] + [0.0] * rows  # chance[d]: d distinct windows so far
+    for _ in range(rows):
+        chance = [chance[d] * d / n + (chance[d - 1] * (n - d + 1) / n if d else 0.0) for d in range(rows + 1)]
+    below, due = 0.0, 0
+    while due < rows and below + chance[due] <= RANDOM_FAILURE:
+        below += chance[due]
+        due += 1
+    return due
 
 
 def _run_batches(got: dict, tag: str) -> list:

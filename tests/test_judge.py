@@ -1048,6 +1048,13 @@ PARITY_MISTAKES = [
         "batch = train_windows[: args.batch_size]",
         "distinct batch(es) in",
     ),
+    (  # random batches of the first few windows only (red-team round 8: fresh batches, training windows only)
+        "06_training",
+        "test_train",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randint(args.batch_size, (args.batch_size,))]",
+        "distinct windows of the 64",
+    ),
     (  # the right count as a float
         "00_tour",
         "test_count_params",
