@@ -386,9 +386,11 @@ def kv_prefix_lm(table, n_ctx: int, padded: bool = False):
 
         def step(self, tokens, mask, past):
             """The logits of `tokens`' positions after `past`'s, and the cache that holds them all."""
-            if tokens.ndim != 2 or past.ndim != 4 or past.shape[0] != tokens.shape[0]:
+            if tokens.ndim != 2 or past.ndim != 4 or past.shape[0] != tokens.shape[0] or past.shape[2:] != (1, 1):
                 raise TypeError(f"tokens [batch new] and a cache [batch pos 1 1] are due, got {list(tokens.shape)}")
             self.positions.append(int(tokens.shape[1]))
+            if tokens.numel() + past.numel() > _STAND_IN_ROWS:
+                raise ValueError(f"at most {_STAND_IN_ROWS} positions in all, got {list(tokens.shape)}")
             full = torch.cat([past[:, :, 0, 0].long(), tokens.long()], dim=1)  # [batch pos]
             if full.shape[1] > self.cfg.n_ctx:
                 raise ValueError(f"{full.shape[1]} positions, more than the model's n_ctx = {self.cfg.n_ctx}")
@@ -439,6 +441,9 @@ def _kv_forward(step, tokens, args: tuple, kwargs: dict, padded: bool):
     return logits, [(cache, cache.clone())]
 
 
+_STAND_IN_ROWS = 1 << 14  # the most ids a stand-in's call takes: the course's probes send a few dozen
+
+
 def table_seq2seq(table, fields: dict):
     """A stand-in encoder-decoder for the probes of decoding functions: `encode(src)` is `table[src]`, and
     `decode(tgt, memory, src)` is `table[tgt]` plus the mean of the source's rows (padding left out), so every step
@@ -457,9 +462,25 @@ def table_seq2seq(table, fields: dict):
 
         def encode(self, src):
             self.encode_calls += 1
+            if src.ndim != 2 or src.numel() > _STAND_IN_ROWS:
+                raise ValueError(f"encode takes src [batch src] (at most {_STAND_IN_ROWS} ids), got {list(src.shape)}")
             return self.table[src]  # [batch src d_vocab]
 
         def decode(self, tgt, memory, src):
+            # shapes checked before any is broadcast: a call shaped to broadcast to 9 GB killed the feeder
+            batch, vocab = src.shape[0] if src.ndim == 2 else -1, self.table.shape[0]
+            if (
+                tgt.ndim != 2
+                or src.ndim != 2
+                or tuple(memory.shape) != (batch, src.shape[1], vocab)
+                or tgt.shape[0] != batch
+                or tgt.numel() > _STAND_IN_ROWS
+                or src.numel() > _STAND_IN_ROWS
+            ):
+                raise ValueError(
+                    f"decode takes tgt [batch tgt], memory [batch src {vocab}] and src [batch src] (at most "
+                    f"{_STAND_IN_ROWS} ids each), got {list(tgt.shape)}, {list(memory.shape)}, {list(src.shape)}"
+                )
             keep = (src != self.cfg.pad_id)[..., None]  # [batch src 1]
             context = (memory * keep).sum(1, keepdim=True) / keep.sum(1, keepdim=True).clamp(min=1)
             return self.table[tgt] + context  # [batch tgt d_vocab]
@@ -1092,6 +1113,7 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     import inspect
     import io
     import numbers
+    import types
 
     import torch
 
@@ -1114,12 +1136,16 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
             asked = [int(x) for x in claimed[run][len(calls) - 1]]
         return addition_problems(key, *asked)
 
-    # The name the loop looks up: in the notebook's namespace, and in its function's globals where they differ.
+    # The name the loop looks up: in the notebook's namespace, and in its function's globals where they differ; and
+    # the notebook's function itself, its code made a call of the stand-in's, wherever the loop holds it (a default
+    # argument, an alias bound before: two honest loops asked the real one for their problems)
     scopes = {id(namespace): namespace}
     function_globals = getattr(inspect.unwrap(train_addition), "__globals__", None)
     if isinstance(function_globals, dict):
         scopes[id(function_globals)] = function_globals
     originals = {ident: scope.get("addition_data") for ident, scope in scopes.items()}
+    given = [f for f in originals.values() if isinstance(f, types.FunctionType) and f.__closure__ is None]
+    codes = {id(f): (f, f.__code__) for f in given}
     second_args = copy.copy(args)
     second_args.seed = args.seed + 1
     runs = (args, second_args) if claimed is not None and len(claimed) == 2 else (args, second_args, args)
@@ -1128,6 +1154,9 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     try:
         for scope in scopes.values():
             scope["addition_data"] = addition_data
+        for function, _ in codes.values():
+            function.__globals__[_STAND_IN_NAME] = addition_data
+            function.__code__ = _calls_the_stand_in.__code__
         for run, (net, run_args) in enumerate(zip(nets, runs)):
             calls.clear()
             with torch.enable_grad(), contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
@@ -1140,7 +1169,19 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     finally:
         for ident, scope in scopes.items():
             scope["addition_data"] = originals[ident]
+        for function, code in codes.values():
+            function.__code__ = code
+            function.__globals__.pop(_STAND_IN_NAME, None)
     return out
+
+
+_STAND_IN_NAME = "__judges_addition_data__"
+
+
+def _calls_the_stand_in(*args, **kwargs):
+    """The code the notebook's `addition_data` runs while `addition_run` runs: a call of the judge's stand-in, looked
+    up in that function's own globals."""
+    return globals()["__judges_addition_data__"](*args, **kwargs)  # a literal: no name of this module there
 
 
 addition_run.wants_namespace = True

@@ -172,9 +172,8 @@ def run_probe_plan(
             for entry in os.listdir(out_dir):
                 remove_tree(os.path.join(out_dir, entry))
     if probes is not None and probes.get("finish") is not None:  # the feeder's counts, read once no phase is left
-        counts = probes["finish"]()
-        if counts is not None:
-            kept[SERVED] = counts.encode()
+        counts = probes["finish"]()  # None where it gave none (a phase had it killed): the judge then trusts none
+        kept[SERVED] = (counts if counts is not None else '{"__feeder__": "no report"}').encode()
     for name, data in kept.items():
         fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:

@@ -218,6 +218,20 @@ def course_with(notebook: str, old: str | None, new: str | None) -> dict:
     return dict(vars(module))
 
 
+def course_with_each(notebook: str, replacements: list[tuple[str, str]]) -> dict:
+    """`course_with`, several replacements made in that notebook's code, in order."""
+    names = notebook_names()
+    module = types.ModuleType(f"judge_test_{notebook}_each")
+    sys.modules[module.__name__] = module
+    for name in names[: names.index(notebook) + 1]:
+        source = component_source(name)
+        for old, new in replacements if name == notebook else ():
+            assert source.count(old) == 1, old
+            source = source.replace(old, new)
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - the course's code, altered
+    return dict(vars(module))
+
+
 def course_as_learner(notebook: str) -> dict:
     """The course's definitions up to `notebook`, compiled as a notebook's cells are (not from solutions/: the
     judge refuses code compiled from the notebook's own solutions, as a learner's would be)."""
@@ -1048,6 +1062,13 @@ PARITY_MISTAKES = [
         "batch = train_windows[: args.batch_size]",
         "distinct batch(es) in",
     ),
+    (  # a new batch every other step only (red-team round 8: half as many distinct batches as steps passed)
+        "06_training",
+        "test_train",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))] if step % 2 == 0 else batch",
+        "distinct batch(es) in",
+    ),
     (  # random batches of the first few windows only (red-team round 8: fresh batches, training windows only)
         "06_training",
         "test_train",
@@ -1229,6 +1250,28 @@ def test_an_addition_loop_that_forges_the_record_of_its_seeds_fails(forgery, tmp
     )
     verdict = verdict_of("06_training", "test_train_addition", namespace, tmp_path)
     assert not verdict["passed"] and "against the course's loop on the problems" in verdict["message"], verdict
+
+
+EARLY_BOUND = {  # honest loops that hold addition_data before the judge's run (red-team round 8: both scored 0)
+    "a default argument": (
+        "def train_addition(model, args: TrainingArgs, n_digits: int) -> list[float]:",
+        "def train_addition(model, args: TrainingArgs, n_digits: int, make_problems=addition_data) -> list[float]:",
+    ),
+    "an alias bound before": (
+        "def train_addition(model, args: TrainingArgs, n_digits: int) -> list[float]:",
+        "make_problems = addition_data\n\n\ndef train_addition(model, args: TrainingArgs, n_digits: int) -> list[float]:",
+    ),
+}
+
+
+@pytest.mark.parametrize("binding", sorted(EARLY_BOUND))
+def test_an_addition_loop_holding_addition_data_early_passes(binding, tmp_path):
+    call = "tokens, loss_mask = addition_data(args.batch_size, n_digits, seed=args.seed + 1 + step)"
+    namespace = course_with_each(
+        "06_training", [EARLY_BOUND[binding], (call, call.replace("= addition_data(", "= make_problems("))]
+    )
+    verdict = verdict_of("06_training", "test_train_addition", namespace, tmp_path)
+    assert verdict["passed"], verdict
 
 
 UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not reproduce or does not change
@@ -2666,6 +2709,32 @@ def test_a_function_checked_at_run_time_takes_the_judges_stand_in(notebook, grad
     assert verdict_of(notebook, grade_id, namespace, tmp_path / "plain")["passed"]
 
 
+def test_no_report_from_the_feeder_fails_the_probes_it_served(tmp_path):
+    """Red-team round 8 killed the feeder (a call shaped to broadcast to 9 GB, charged to the job's memory) after a
+    decoder that re-encoded every step; with no counts written, the judge took the child's own counter. The runner
+    now writes that the feeder gave no report, and the probes it served fail; a call shaped so is refused."""
+    step = "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n"
+    namespace = course_with("09_encoder_decoder", step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)"))
+    honest = namespace["greedy_decode"]
+
+    def greedy_decode(model, src, max_len):
+        out = honest(model, src, max_len)
+        model.encode_calls = 1  # the child's own counter, set back
+        return out
+
+    namespace["greedy_decode"] = greedy_decode
+    only = frozenset({"test_greedy_decode", "test_make_batch"})
+    prepared = run("09_encoder_decoder", namespace, tmp_path, only)
+    (prepared.folder / probe_runner.OUT_DIR / probe_runner.SERVED).write_text('{"__feeder__": "no report"}')
+    verdicts = judge.verdicts(prepared)
+    assert not verdicts["test_greedy_decode"]["passed"], verdicts
+    assert "ended without a report" in verdicts["test_greedy_decode"]["message"], verdicts
+    assert verdicts["test_make_batch"]["passed"], verdicts  # a probe on no served model keeps its verdict
+    model = probe_runner.table_seq2seq(torch.randn(17, 17), dict(judge.SMALL_ENCDEC))
+    with pytest.raises(ValueError, match="decode takes"):
+        model.decode(torch.zeros(8, 1, dtype=torch.long), torch.zeros(4096, 1, 1, 1), torch.zeros(1, 4096))
+
+
 def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_path, monkeypatch):
     prepared = fed("09_encoder_decoder", tmp_path / "a")
     name = next(n for n, p in prepared.probes.items() if p.grade_id == "test_greedy_decode")
@@ -2692,7 +2761,7 @@ def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_
         assert not any(key.startswith(f"{name}.in0") for key in tensors), sorted(tensors)
         model = tensors[f"served:{name}"]
         assert not any(p.numel() for p in model.parameters())
-        with pytest.raises(probe_runner.ProbeError, match="refused a call of decode"):  # shapes that disagree
+        with pytest.raises(ValueError, match="decode takes"):  # shapes that disagree: the stand-in refuses them
             model.decode(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 3, 7), torch.zeros(1, 2))
         assert model.encode(torch.zeros(1, 2, dtype=torch.long)).shape[:2] == (1, 2)  # serving goes on
         model.encode(torch.zeros(1, 2, dtype=torch.long))
