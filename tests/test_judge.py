@@ -1288,6 +1288,11 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
         "    torch.manual_seed(1234)\n",
         "changing args.seed changed none of the batches",
     ),
+    ("test_train", "the windows in order"): (
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[(step * args.batch_size + torch.arange(args.batch_size)) % len(train_windows)]",
+        "changing args.seed changed none of the batches",
+    ),
     ("test_train_addition", "a counter's seed"): (
         "seed=args.seed + 1 + step)",
         "seed=train_addition.__dict__.setdefault('calls', __import__('itertools').count()).__next__())",
