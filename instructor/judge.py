@@ -116,7 +116,7 @@ class Probe:
     module: bool = True
     config: str = "gpt2"  # a module's config (`CONFIGS`): "gpt2" (harness's Config), "gpt2_eps", or "encdec"
     output: str = "tensor"  # "tensor", "scalar", "loss" (a 0-d tensor), "dict" (of tensors) or "tuple" (of tensors)
-    compare: str = "close"  # "close", "exact", "mask", "filter", "softmax", "greedy" or "scalar"
+    compare: str = "close"  # "close", "exact", "mask", "filter", "softmax", "greedy", "scalar" or "trained"
     atol: float | None = None  # the check's own absolute tolerance, where it is looser than the default
     keywords: tuple[str, ...] = ()  # the names of the last arguments, passed by keyword
     expect: str | None = None  # what the expected output is, where it is not the course's return value ("script":
@@ -342,6 +342,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="dict",
             script="trained_weights",
             expect="trained_weights",
+            compare="trained",
             atol=1e-4,
         ),
     ),
@@ -1699,11 +1700,23 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
         if not torch.allclose(got.softmax(-1), expected.softmax(-1), atol=1e-5):
             return f"{differs}: the probabilities after a softmax differ"
         return None
-    atol = 1e-4 * max(1.0, expected.abs().float().mean().item())  # as the harness's load_gpt2_test
-    summary = mismatch_summary(got, expected, max(atol, probe.atol or 0.0), 1e-4)
+    atol = max(1e-4 * max(1.0, expected.abs().float().mean().item()), probe.atol or 0.0)  # as load_gpt2_test's
+    if probe.compare == "trained" and _rounding_flukes(got, expected, atol):
+        return None
+    summary = mismatch_summary(got, expected, atol, 1e-4)
     if summary is not None:
         return f"{differs}: {summary}"
     return None
+
+
+def _rounding_flukes(got, expected, atol: float) -> bool:
+    """Trained weights off by more than the tolerance in 1% of their entries at most: AdamW divides a gradient by
+    its own size, so where a gradient is rounding noise (a parameter softmax or a mask all but ignores) two right
+    loops that round differently step apart by up to the learning rate (one of 1,600 entries of W_Q did so, for the
+    course's own loop, in a red-team batch). A wrong loop (no clip, another schedule, decay on the wrong
+    parameters) moves far more of them."""
+    off = ((got.double() - expected.double()).abs() > atol + 1e-4 * expected.double().abs()).sum().item()
+    return off <= 0.01 * got.numel()
 
 
 def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None:
@@ -1821,7 +1834,8 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
     for key, want in replayed.items():
         if key.startswith("calls."):  # the course's own seeds, not what is judged
             continue
-        why = _compare_tensor(probe, got.get(key), want, what=key)
+        trained = replace(probe, compare="trained" if key.startswith("w") else "close")
+        why = _compare_tensor(trained, got.get(key), want, what=key)
         if why is not None:
             return why + " (against the course's loop on the problems of the seeds train_addition asked for)"
     seeds = calls[0][:, 2].tolist()
@@ -1990,7 +2004,7 @@ def _replayed(probe: Probe, got: dict, rules: dict, batches: list, prefix: str) 
     record shows (`_train_batches`'s replay), if they are not."""
     if len(batches) != rules["batches"]:
         return f"ran the model on {len(batches)} training batches in {rules['max_steps']} steps: one batch a step"
-    close = replace(probe, compare="close", atol=1e-4)  # as the trained weights' probe
+    close = replace(probe, compare="trained", atol=1e-4)  # as the trained weights' probe
     for key, want in rules["replay"](batches).items():
         why = _compare_tensor(close, got.get(f"{prefix}.{key[2:]}"), want, what=f"the trained {key[2:]}")
         if why is not None:
