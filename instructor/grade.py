@@ -972,6 +972,7 @@ class Grader:
         if self.judge_inputs is not None:
             self._keep_judge_outputs(item, prepared.folder)
             return
+        prepared.fed = self.sandbox  # a sandboxed probe child is always fed: no record of its feeder is a lost one
         try:
             item.judged = judge.verdicts(prepared)
         except Exception as err:  # noqa: BLE001
@@ -992,7 +993,7 @@ class Grader:
                 (name, limit)
                 for index in range(judge.MAX_PHASES)
                 for name, limit in zip(judge.phase_files(index), (judge.MAX_OUTPUT_BYTES, 1 << 20), strict=True)
-            ]
+            ] + [(judge.SERVED, 1 << 20)]  # the feeder's counts, which the runner alone writes
             for name, limit in files:
                 try:
                     data = judge.read_regular_file(folder / judge.OUT_DIR / name, limit)

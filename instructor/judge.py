@@ -906,6 +906,9 @@ class Prepared:
     # a seeded probe's replicas, run in a phase of their own (`_replicas`): name -> (the probe's name, the same
     # generator state?, whether the course's draws differ for the other state)
     replicas: dict = field(default_factory=dict)
+    # the probe child had a feeder (the sandbox's always does): then no record of its served calls means it was
+    # lost, never a child that ran without one, and the child's own records are never read
+    fed: bool = False
 
 
 REPLICA = 10_000  # a replica's name: "p<REPLICA + i>" (the same generator state), "p<2 * REPLICA + i>" (further on)
@@ -950,7 +953,9 @@ def _replicas(course, probe: Probe, name: str, index: int, entry: dict, values, 
         again = _renamed(dict(entry, name=replica), name, replica)
         again["args"][at] = {"generator": seed, "advance": advance}
         again["replica"] = copy_at
-        tensors.update({replica + k[len(name) :]: t.clone() for k, t in list(tensors.items()) if k.startswith(f"{name}.")})
+        tensors.update(
+            {replica + k[len(name) :]: t.clone() for k, t in list(tensors.items()) if k.startswith(f"{name}.")}
+        )
         prepared.probes[replica] = probe
         prepared.replicas[replica] = (name, copy_at == 1, differ)
         out.append(again)
@@ -1565,15 +1570,20 @@ def _served_counts(out: Path) -> dict | None:
         return None if raw is None else {"__feeder__": {}}
     if "__feeder__" in loaded:
         return {"__feeder__": {}}
-    return {
-        str(name): {
-            str(op): n if isinstance(n, int) else [int(x) for x in n if isinstance(x, int)]
-            for op, n in ops.items()
-            if isinstance(n, (int, list))
+
+    def pairs(values: list) -> list:
+        return [[int(a), int(b)] for a, b in (v for v in values if isinstance(v, list) and len(v) == 2)]
+
+    try:
+        return {
+            str(name): {
+                str(op): n if isinstance(n, int) else pairs(n) for op, n in ops.items() if isinstance(n, (int, list))
+            }
+            for name, ops in loaded.items()
+            if isinstance(ops, dict)
         }
-        for name, ops in loaded.items()
-        if isinstance(ops, dict)
-    }
+    except (TypeError, ValueError):
+        return {"__feeder__": {}}
 
 
 SERVED_KINDS = ("kv_prefix_lm", "table_seq2seq")  # the stand-ins the feeder serves and records the calls of
@@ -1586,7 +1596,8 @@ def _with_served_record(probe: Probe, name: str, got, served: dict | None):
 
     if served is None or not isinstance(got, dict) or not any(kind == "kv_prefix_lm" for kind, _ in probe.args):
         return got
-    return dict(got, positions=torch.tensor(served.get(name, {}).get("positions", []), dtype=torch.int64))
+    record = served.get(name, {}).get("positions", [])
+    return dict(got, positions=torch.tensor(record, dtype=torch.int64).reshape(-1, 2))
 
 
 def _feeder_lost(probe: Probe, served: dict | None) -> str | None:
@@ -1887,20 +1898,35 @@ def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
             "was right on a first call and wrong on a second call with another prompt on the same model: something "
             "was kept from the first call (the cache?). Start every call with an empty cache."
         )
-    seen, due = got["positions"].tolist(), expected["positions"].tolist()
-    if _squashed(seen) != _squashed(due):  # any number of one-token forwards: an extra last one is only slower
-        if not seen:
-            return "never ran the model: the judge counts the new positions of each forward"
+    seen, due = got["positions"].reshape(-1, 2).tolist(), expected["positions"].reshape(-1, 2).tolist()
+    calls, fresh = sum(past == 0 for past, _ in due), sum(past == 0 for past, _ in seen)
+    if not seen:
+        return "never ran the model: the judge records the positions each forward feeds it"
+    if fresh > calls or seen[0][0] != 0:
         return (
-            f"fed the model {seen[:10]} new positions in its forwards over two calls, where {due[:10]} is due: the "
-            "prompt once, then only the one new token each step with the cache, and an empty cache for each call"
+            f"fed the model {_fed(seen)} over {calls} calls, starting from an empty cache {fresh} times: feed the "
+            "prompt once, then only each new token with the cache the model returned"
         )
+    if fresh < calls:
+        return (
+            f"fed the model {_fed(seen)} over {calls} calls, one of which went on with an earlier call's cache: "
+            "start every call with an empty cache"
+        )
+    length = 0
+    for past, new in seen:  # each forward goes on from where the cache ends: every position fed once
+        if past not in (0, length):
+            return (
+                f"fed the model {_fed(seen)}: a forward with a cache of {past} positions after {length} were fed; "
+                "pass the cache the model returned, and only the positions it does not hold"
+            )
+        length = (past if past else 0) + new
     return None
 
 
-def _squashed(positions: list[int]) -> list[int]:
-    """The positions of each forward, every run of one-token forwards counted as one."""
-    return [n for i, n in enumerate(positions) if n != 1 or i == 0 or positions[i - 1] != 1]
+def _fed(pairs: list) -> str:
+    """(cache, new) pairs as the message shows them."""
+    shown = ", ".join(f"{new} after {past}" for past, new in pairs[:8])
+    return f"[{shown}{', ...' if len(pairs) > 8 else ''}] new positions after a cache of that many"
 
 
 def _compare_lengths(probe: Probe, got: dict, expected: dict) -> str | None:
@@ -1926,6 +1952,34 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     batches = [got.get(f"batch.{i}") for i in range(sum(key.startswith("batch.") for key in got))]
     if not batches or any(not isinstance(b, torch.Tensor) for b in batches):
         return "no record of the batches the model was trained on"
+    why = _batch_rules(batches, rules)
+    if why is not None:
+        return why
+    why = _replayed(probe, got, rules, batches, "w")
+    if why is not None:
+        return why
+    # the same arguments again: the same batches and weights (a seed reproduces a run); args.seed + 1: other
+    # batches, each run's record shown true by its own replay
+    again = _run_batches(got, "again")
+    same = len(again) == len(batches) and all(torch.equal(a, b) for a, b in zip(again, batches))
+    weights = [k for k in got if k.startswith("w.")]
+    if not same or any(not _same_values(got.get(f"wa.{k[2:]}"), got[k]) for k in weights):
+        return (
+            "trained on other batches when run again from the same start with the same arguments: draw them from "
+            "the global generator seeded with args.seed (torch.manual_seed), so that a seed reproduces a run"
+        )
+    other = _run_batches(got, "other")
+    why = _batch_rules(other, rules) or _replayed(probe, got, rules, other, "wo")  # checked before it is replayed
+    if why is not None:
+        return f"with args.seed + 1: {why}"
+    if len(other) == len(batches) and all(torch.equal(a, b) for a, b in zip(other, batches)):
+        return "changing args.seed changed none of the batches: draw them from the generator seeded with args.seed"
+    return None
+
+
+def _batch_rules(batches: list, rules: dict) -> str | None:
+    """Why the batches a run's record shows break the rules (`_train_batches`): their shape and number, training
+    windows only, a fresh one every step, drawn from all the windows. Checked before a record is replayed."""
     steps, size = rules["max_steps"], rules["batch_size"]
     for i, batch in enumerate(batches):
         if tuple(batch.shape) != rules["shape"]:
@@ -1951,25 +2005,6 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
             f"trained on {windows} distinct windows of the {len(train)} in {len(rows)} rows (uniform draws give at "
             f"least {due}): draw every batch from all of train_windows (indices below len(train_windows))"
         )
-    why = _replayed(probe, got, rules, batches, "w")
-    if why is not None:
-        return why
-    # the same arguments again: the same batches and weights (a seed reproduces a run); args.seed + 1: other
-    # batches, each run's record shown true by its own replay
-    again = _run_batches(got, "again")
-    same = len(again) == len(batches) and all(torch.equal(a, b) for a, b in zip(again, batches))
-    weights = [k for k in got if k.startswith("w.")]
-    if not same or any(not _same_values(got.get(f"wa.{k[2:]}"), got[k]) for k in weights):
-        return (
-            "trained on other batches when run again from the same start with the same arguments: draw them from "
-            "the global generator seeded with args.seed (torch.manual_seed), so that a seed reproduces a run"
-        )
-    other = _run_batches(got, "other")
-    why = _replayed(probe, got, rules, other, "wo")
-    if why is not None:
-        return f"with args.seed + 1: {why}"
-    if len(other) == len(batches) and all(torch.equal(a, b) for a, b in zip(other, batches)):
-        return "changing args.seed changed none of the batches: draw them from the generator seeded with args.seed"
     return None
 
 
@@ -2122,6 +2157,8 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
     try:
         outputs, errors, problem = _load_outputs(prepared.folder / OUT_DIR, prepared)
         served = _served_counts(prepared.folder / OUT_DIR)
+        if served is None and prepared.fed:
+            served = {"__feeder__": {}}
     finally:
         shutil.rmtree(prepared.folder, ignore_errors=True)
     result: dict[str, dict] = {}
@@ -2130,11 +2167,14 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
         if problem:
             why = problem
         elif got is not None:
-            why = (
-                _feeder_lost(probe, served)
-                or _encoded_once(probe, name, served)
-                or compare(probe, got, prepared.expected[name])
-            )
+            try:
+                why = (
+                    _feeder_lost(probe, served)
+                    or _encoded_once(probe, name, served)
+                    or compare(probe, got, prepared.expected[name])
+                )
+            except Exception as err:  # noqa: BLE001 - an output the judge cannot compare fails its own probe only
+                why = f"its output could not be judged ({type(err).__name__}: {str(err)[:160]})"
         elif name in errors:
             why = errors[name]
         else:
@@ -2142,7 +2182,9 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
         if why is not None and probe.hint and not problem:
             why = f"{probe.hint} ({why})"
         if why is None and name in prepared.replicas:
-            why = _replicated(probe, got, _collect(probe, prepared.replicas[name][0], outputs), *prepared.replicas[name][1:])
+            why = _replicated(
+                probe, got, _collect(probe, prepared.replicas[name][0], outputs), *prepared.replicas[name][1:]
+            )
         old = result.get(probe.grade_id)
         if old is None or old["passed"]:
             result[probe.grade_id] = {"passed": why is None, "message": None if why is None else f"judge: {why}"}

@@ -127,36 +127,69 @@ _TABLE_VIEWS = frozenset({"items", "keys", "values"})
 _OVER = frozenset({"enumerate", "zip", "sorted", "reversed"})
 
 
-def _over_a_table(node: ast.AST, data: set[str]) -> bool:
-    """A loop's iterable that is a table written in the cell: a literal tuple, list, set or dict, a name the same body
-    bound to a value of its own, their `.items()`, `.keys()` or `.values()`, and `enumerate`, `zip`, `sorted` or
-    `reversed` of those. Such a loop fills a table in or attaches methods, a bounded number of times; a loop over a
-    range or a data loader is an action (a training run in an added cell would run in every phase)."""
+def _over_a_table(node: ast.AST, tables: set[str]) -> bool:
+    """A loop's iterable that is a table written in the cell: a literal tuple, list, set or dict, a name the cell bound
+    to one, their `.items()`, `.keys()` or `.values()`, and `enumerate`, `zip`, `sorted` or `reversed` of those. Such
+    a loop fills a table in or attaches methods, a bounded number of times; a loop over a range, a data loader or
+    anything else is an action (a training run in an added cell would run in every phase)."""
     if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
         return True
     if isinstance(node, ast.Name):
-        return node.id in data
+        return node.id in tables
     if not isinstance(node, ast.Call) or node.keywords:
         return False
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr in _TABLE_VIEWS and not node.args:
-        return _over_a_table(func.value, data)
+        return _over_a_table(func.value, tables)
     if isinstance(func, ast.Name) and func.id in _OVER and node.args:
-        return all(_over_a_table(arg, data) for arg in node.args)
+        return all(_over_a_table(arg, tables) for arg in node.args)
     return False
 
 
+def _only_fills(body: list[ast.stmt]) -> bool:
+    """A kept loop's body binds no name of its own: it fills tables in, sets attributes, defines functions or
+    classes, or controls the loop (`h = train(...)` in a loop is an action, however its iterable reads)."""
+    for stmt in body:
+        if isinstance(stmt, (ast.If, ast.For)):
+            if not _only_fills(stmt.body + stmt.orelse):
+                return False
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(_is_name_target(t) for t in targets):
+                return False
+        elif not isinstance(
+            stmt,
+            (
+                ast.Expr,
+                ast.AugAssign,
+                ast.FunctionDef,
+                ast.AsyncFunctionDef,
+                ast.ClassDef,
+                ast.Pass,
+                ast.Break,
+                ast.Continue,
+            ),
+        ):
+            return False
+    return True
+
+
 def _definitions_in(
-    body: list[ast.stmt], dropped: list[ast.stmt], own: frozenset[str] = frozenset(), data: frozenset[str] = frozenset()
+    body: list[ast.stmt],
+    dropped: list[ast.stmt],
+    own: frozenset[str] = frozenset(),
+    data: frozenset[str] = frozenset(),
+    tables: frozenset[str] = frozenset(),
 ) -> list[ast.stmt]:
     """The definitions of `body`. An `if`, `try`, `with` or `for` that defines something is kept with only its
     definitions (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`, a table
     filled in or methods attached by a loop over a table the cell wrote, `_over_a_table`): its condition, context or
     iterable runs as an assignment's value would; a `try` whose body holds an action is dropped whole. Everything
     else is an action, dropped into `dropped`. `data`: the names an enclosing body bound to values of its own,
-    which this one may fill in."""
+    which this one may fill in; `tables`: those bound to a literal table, which a loop may walk."""
     kept = []
     data = set(data)  # names this body binds to values of its own (`C = {}`), which it may then fill in
+    tables = set(tables)  # names this body binds to a literal table (`PAIRS = [("a", 1)]`), which a loop may walk
     for stmt in body:
         if isinstance(stmt, (ast.Break, ast.Continue)):  # a kept loop's own control flow
             kept.append(stmt)
@@ -164,14 +197,17 @@ def _definitions_in(
         if _is_definition(stmt, own) or _fills_own_data(stmt, data):
             kept.append(stmt)
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-                data |= {
+                names = {
                     n.id
                     for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
                     for n in ast.walk(t)
                     if isinstance(n, ast.Name)
                 }
+                data |= names
+                if isinstance(stmt.value, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                    tables |= names
             continue
-        if isinstance(stmt, ast.For) and not _over_a_table(stmt.iter, data):
+        if isinstance(stmt, ast.For) and not _over_a_table(stmt.iter, tables):
             dropped.append(stmt)  # a loop over anything else (a range, a loader) is an action: training, say
             continue
         if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For)):
@@ -180,7 +216,7 @@ def _definitions_in(
             fields = ["body", "orelse", "finalbody"]
             for field in fields:
                 if hasattr(node, field):
-                    part = _definitions_in(getattr(stmt, field), inner, own, frozenset(data))
+                    part = _definitions_in(getattr(stmt, field), inner, own, frozenset(data), frozenset(tables))
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
             if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
                 # an action dropped from a `try` body could have raised and sent the code to a handler: without
@@ -190,9 +226,13 @@ def _definitions_in(
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:
-                    handler.body = _definitions_in(handler.body, inner, own, frozenset(data)) or [ast.Pass()]
+                    handler.body = _definitions_in(handler.body, inner, own, frozenset(data), frozenset(tables)) or [
+                        ast.Pass()
+                    ]
             idle = (ast.Pass,) if isinstance(stmt, ast.If) else (ast.Pass, ast.Break, ast.Continue)
             defines = any(not isinstance(n, idle) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node)
+            if isinstance(stmt, ast.For) and not _only_fills(node.body + node.orelse):
+                defines = False  # a loop that binds names of its own acts, whatever it walks
             if defines:
                 kept.append(ast.fix_missing_locations(ast.copy_location(node, stmt)))
                 dropped.extend(inner)

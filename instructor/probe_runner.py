@@ -368,8 +368,8 @@ def kv_prefix_lm(table, n_ctx: int, padded: bool = False):
     logits of the new positions and a cache of one layer whose keys and values ([batch pos 1 1]) hold the tokens so
     far. Each position's logits are `prefix_lm`'s: a row of `table` at a hash of the (unmasked) prefix and its index
     among the real tokens, so left padding changes nothing and a wrong prefix picks other tokens. More than `n_ctx`
-    positions raise a ValueError naming n_ctx. It records the new positions of every forward (`positions`): the
-    prompt once, then one token a step is a cache used. In the sandbox the feeder serves it (`served_kv_lm`), so
+    positions raise a ValueError naming n_ctx. It records the cache's length and the new positions of every forward
+    (`positions`): a cache used feeds every position once. In the sandbox the feeder serves it (`served_kv_lm`), so
     that record is kept out of the learner's reach."""
     import torch
 
@@ -388,7 +388,7 @@ def kv_prefix_lm(table, n_ctx: int, padded: bool = False):
             """The logits of `tokens`' positions after `past`'s, and the cache that holds them all."""
             if tokens.ndim != 2 or past.ndim != 4 or past.shape[0] != tokens.shape[0] or past.shape[2:] != (1, 1):
                 raise TypeError(f"tokens [batch new] and a cache [batch pos 1 1] are due, got {list(tokens.shape)}")
-            self.positions.append(int(tokens.shape[1]))
+            self.positions.append([int(past.shape[1]), int(tokens.shape[1])])  # the cache's length, the new ones
             if tokens.numel() + past.numel() > _STAND_IN_ROWS:
                 raise ValueError(f"at most {_STAND_IN_ROWS} positions in all, got {list(tokens.shape)}")
             full = torch.cat([past[:, :, 0, 0].long(), tokens.long()], dim=1)  # [batch pos]
@@ -466,7 +466,8 @@ def table_seq2seq(table, fields: dict):
                 raise ValueError(f"encode takes src [batch src] (at most {_STAND_IN_ROWS} ids), got {list(src.shape)}")
             return self.table[src]  # [batch src d_vocab]
 
-        def decode(self, tgt, memory, src):
+        def decode(self, tgt_in, memory, src):  # the names of the course's EncoderDecoder, keywords alike
+            tgt = tgt_in
             # shapes checked before any is broadcast: a call shaped to broadcast to 9 GB killed the feeder
             batch, vocab = src.shape[0] if src.ndim == 2 else -1, self.table.shape[0]
             if (
@@ -485,8 +486,8 @@ def table_seq2seq(table, fields: dict):
             context = (memory * keep).sum(1, keepdim=True) / keep.sum(1, keepdim=True).clamp(min=1)
             return self.table[tgt] + context  # [batch tgt d_vocab]
 
-        def forward(self, src, tgt):
-            return self.decode(tgt, self.encode(src), src)
+        def forward(self, src, tgt_in):
+            return self.decode(tgt_in, self.encode(src), src)
 
     return TableSeq2Seq().eval()
 
@@ -518,12 +519,12 @@ def served_seq2seq(call, fields: dict):
             self.encode_calls += 1
             return call("encode", torch.as_tensor(src, dtype=torch.int64))  # [batch src d_vocab]
 
-        def decode(self, tgt, memory, src):
-            tgt, src = torch.as_tensor(tgt, dtype=torch.int64), torch.as_tensor(src, dtype=torch.int64)
+        def decode(self, tgt_in, memory, src):  # the names of the course's EncoderDecoder, keywords alike
+            tgt, src = torch.as_tensor(tgt_in, dtype=torch.int64), torch.as_tensor(src, dtype=torch.int64)
             return call("decode", tgt, torch.as_tensor(memory, dtype=torch.float32), src)  # [batch tgt d_vocab]
 
-        def forward(self, src, tgt):
-            return self.decode(tgt, self.encode(src), src)
+        def forward(self, src, tgt_in):
+            return self.decode(tgt_in, self.encode(src), src)
 
     return ServedSeq2Seq().eval()
 
@@ -796,27 +797,33 @@ _STAND_INS = ("served", "table_lm", "prefix_lm", "table_seq2seq", "kv_prefix_lm"
 
 
 def _posing_as_annotated(model, target, at: int, namespace: dict):
-    """A stand-in model, made an instance of the class the learner's function annotates its `at`-th parameter with
-    (`model: KVCacheTransformer`) where that is a module class: an honest function checked at run time
-    (`@jaxtyped(typechecker=beartype)`) would refuse the stand-in otherwise. The stand-in's own methods come first;
-    the learner's class is never instantiated."""
+    """A stand-in model, made an instance of the module class the learner's function annotates its `at`-th parameter
+    with (`model: KVCacheTransformer`, also `Optional[...]`, `... | None` or a string of either) where there is one:
+    an honest function checked at run time (`@jaxtyped(typechecker=beartype)`) would refuse the stand-in otherwise.
+    The stand-in's own methods come first; the learner's class is never instantiated. Called where the record
+    watches (`_run_one`'s `call`): resolving a string annotation, or a metaclass, runs learner code."""
     import inspect
+    import typing
 
     import torch
 
     try:
         parameters = list(inspect.signature(target).parameters.values())
         annotation = parameters[at].annotation if at < len(parameters) else None
-    except (TypeError, ValueError):
+        if isinstance(annotation, str):
+            hints = typing.get_type_hints(inspect.unwrap(target), globalns=namespace)
+            annotation = hints.get(parameters[at].name)
+    except Exception:  # noqa: BLE001 - no annotation to read: the stand-in as it is
         return model
-    if isinstance(annotation, str) and annotation.isidentifier():
-        annotation = namespace.get(annotation)
-    if not (isinstance(annotation, type) and issubclass(annotation, torch.nn.Module)) or isinstance(model, annotation):
-        return model
-    try:
-        model.__class__ = type(annotation.__name__, (type(model), annotation), {})
-    except TypeError:  # a class whose layout differs (slots): the stand-in as it is
-        pass
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, torch.nn.Module):
+            if isinstance(model, candidate):
+                return model
+            try:
+                model.__class__ = type(candidate.__name__, (type(model), candidate), {})
+            except TypeError:  # a class whose layout differs (slots): the stand-in as it is
+                pass
+            return model
     return model
 
 
@@ -843,13 +850,13 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
                 args[j] = args[model_at].run_with_cache(tokens)[1]
     names = list(probe.get("keywords", []))
     script = probe.get("script")
-    for j, spec in enumerate(specs):
-        if any(key in spec for key in _STAND_INS):
-            args[j] = _posing_as_annotated(args[j], target, j, namespace)
 
     def call() -> dict:
         modes_before = _learner_modes()
         full = [_argument(spec, namespace, tensors) if _learners(spec) else arg for spec, arg in zip(specs, args)]
+        for j, spec in enumerate(specs):
+            if any(key in spec for key in _STAND_INS):
+                full[j] = _posing_as_annotated(full[j], target, j, namespace)
         # The judge's tensors as given: the checks refuse an exercise that changes its input in place, so the
         # judge does too (a filter that writes -inf into the logits it was given and returns them passed it)
         given = [
@@ -972,11 +979,12 @@ def kv_steps(model, tokens, start: int, n_ctx: int) -> dict:
 
 
 def _positions(model):
-    """The new positions of every forward a `kv_prefix_lm` ran, as a tensor (empty for the feeder's proxy: the feeder
-    keeps that record, and the judge reads it there)."""
+    """(the cache's length, the new positions) of every forward a `kv_prefix_lm` ran, as a tensor [forwards 2] (empty
+    for the feeder's proxy: the feeder keeps that record, and the judge reads it there)."""
     import torch
 
-    return torch.tensor(list(getattr(model, "positions", []))[:MAX_DICT_ENTRIES], dtype=torch.int64)
+    pairs = list(getattr(model, "positions", []))[:MAX_DICT_ENTRIES]
+    return torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2)
 
 
 def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:

@@ -412,7 +412,7 @@ MISTAKES = [
         "test_padded_generate",
         "        logits, past_kvs = model(next_token[:, None], mask, past_kvs)\n    return tokens\n",
         "        logits, past_kvs = model(tokens, mask)\n    return tokens\n",
-        "then only the one new token each step",
+        "then only each new token with the cache",
     ),
     (  # a forward for the last new token too: past n_ctx at the context's edge
         "07_sampling_and_kv_cache",
@@ -499,7 +499,7 @@ MISTAKES = [
         "test_cached_generate",
         "logits, past_kvs = model(next_token, past_kvs)",
         "logits, past_kvs = model(tokens)",
-        "then only the one new token each step",
+        "then only each new token with the cache",
     ),
     (  # the cache kept on the model from one call to the next
         "07_sampling_and_kv_cache",
@@ -2681,7 +2681,7 @@ CACHE_FORGERIES = {
             "logits, past_kvs = model(tokens)\n"
             "            model.positions = [tokens.shape[1] - 1 - step] + [1] * (step + 1)"
         ),
-        "then only the one new token each step",
+        "then only each new token with the cache",
     ),
     "padded_generate, recomputed, its calls to the feeder skipped where it can": (
         "test_padded_generate",
@@ -2690,7 +2690,7 @@ CACHE_FORGERIES = {
             "        logits, past_kvs = model(tokens, mask)\n        model.__dict__.pop('positions', None)\n"
             "    return tokens\n"
         ),
-        "then only the one new token each step",
+        "then only each new token with the cache",
     ),
     "padded_generate, a forward for the last new token too": (
         "test_padded_generate",
@@ -2699,6 +2699,18 @@ CACHE_FORGERIES = {
         "which bring the longest prompt to n_ctx + 1",
     ),
 }
+
+
+def test_a_cached_generation_that_feeds_its_prompt_in_two_parts_passes(tmp_path):
+    """Every position fed once, the cache continued: the prompt but its last token first, then that token with the
+    cache (a red-team review: a record of the new positions alone refused it). Judged on (cache, new) pairs."""
+    namespace = course_with(
+        "07_sampling_and_kv_cache",
+        "    logits, past_kvs = model(tokens)  # the prompt, once\n",
+        "    _, past_kvs = model(tokens[:, :-1])\n    logits, past_kvs = model(tokens[:, -1:], past_kvs)\n",
+    )
+    verdict = judge.verdicts(fed("07_sampling_and_kv_cache", tmp_path, namespace=namespace))["test_cached_generate"]
+    assert verdict["passed"], verdict
 
 
 def test_07s_generations_run_on_stand_ins_the_feeder_serves(tmp_path):
@@ -2754,6 +2766,27 @@ def test_no_report_from_the_feeder_fails_the_probes_it_served(tmp_path):
     model = probe_runner.table_seq2seq(torch.randn(17, 17), dict(judge.SMALL_ENCDEC))
     with pytest.raises(ValueError, match="decode takes"):
         model.decode(torch.zeros(8, 1, dtype=torch.long), torch.zeros(4096, 1, 1, 1), torch.zeros(1, 4096))
+
+
+STAND_IN_CALLS = {  # honest decoders written otherwise, which the judge's stand-ins must take as the course's classes
+    "Optional[EncoderDecoder], checked at run time": [
+        ("def greedy_decode(model: EncoderDecoder,", "def greedy_decode(model: __import__('typing').Optional[EncoderDecoder],"),
+        ("@torch.no_grad()\ndef greedy_decode(", "@torch.no_grad()\n" + TYPE_CHECKED + "def greedy_decode("),
+    ],
+    "keyword arguments, as the course names them": [
+        (
+            "model.decode(tgt, memory, src)[:, -1]",
+            "model.decode(tgt_in=tgt, memory=memory, src=src)[:, -1]",
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("way", sorted(STAND_IN_CALLS))
+def test_a_decoder_written_otherwise_takes_the_served_stand_in(way, tmp_path):
+    namespace = course_with_each("09_encoder_decoder", STAND_IN_CALLS[way])
+    verdict = judge.verdicts(fed("09_encoder_decoder", tmp_path, namespace=namespace))["test_greedy_decode"]
+    assert verdict["passed"], verdict
 
 
 def test_the_feeder_keeps_the_stand_in_encoder_decoder_and_counts_its_calls(tmp_path, monkeypatch):
