@@ -35,11 +35,12 @@ from test_grading import (
 )
 from test_grading import solve as solve_exercises
 
-from instructor.course import notebook_names, read_json
+from instructor.course import REPO_ROOT, notebook_names, read_json
 from instructor.engine import Task
 from instructor.grade import prepare_course
 
 pytestmark = [pytest.mark.ray, needs_sandbox]
+ED = "09_encoder_decoder"
 CELL_TIMEOUT = 20
 
 # Tries the cluster's GCS port from the learner's kernel. Were it reachable, LayerNorm would be replaced by
@@ -66,6 +67,7 @@ def _grade(submissions, out, *extra):
             str(out),
             "--notebooks",
             LN,
+            ED,
             "--cell-timeout",
             str(CELL_TIMEOUT),
             "--notebook-timeout",
@@ -148,6 +150,20 @@ def batches(cluster, tmp_path_factory):
     for student, nb in students.items():
         (submissions / student).mkdir(parents=True)
         (submissions / student / f"{LN}.ipynb").write_text(json.dumps(nb))
+    # 09's decoder on the stand-in the feeder serves: its record must reach the coordinator (a review found the Ray
+    # path dropped it, and the judge then read the child's own counter). The course's decoder, and one that
+    # re-encodes the source every step and sets the stand-in's counter back.
+    honest = read_json(REPO_ROOT / "solutions" / f"{ED}.ipynb")
+    (submissions / "honest" / f"{ED}.ipynb").write_text(json.dumps(honest))
+    step = "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n"
+    reencoding = copy.deepcopy(honest)
+    for cell in reencoding["cells"]:
+        text = "".join(cell["source"])
+        if step in text:
+            text = text.replace(step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)"))
+            cell["source"] = text.replace("    return tgt[:, 1:]", "    model.encode_calls = 1\n    return tgt[:, 1:]")
+    assert reencoding != honest
+    (submissions / "wrong" / f"{ED}.ipynb").write_text(json.dumps(reencoding))
 
     t0 = time.monotonic()
     local = _grade(submissions, root / "local", "--jobs", "2")
@@ -200,10 +216,17 @@ def test_same_scores_and_verdicts_as_one_machine(batches):
     for k, row in local.items():
         assert {f: ray[k][f] for f in fields} == {f: row[f] for f in fields}, k
         assert _flags(ray[k]) == _flags(row), k
-    scores = {r["student"]: float(r["score"]) for r in _rows(batches["ray"], "summary.csv")}
+    scores = {r["student"]: float(r["score"]) for r in _rows(batches["ray"], "summary.csv") if r["notebook"] == LN}
     # the grades themselves, not only their agreement: both batches could be wrong the same way
     assert scores == {"honest": 2.0, "wrong": 0.0, "check_tampering": 0.0, "forge_fd": 0.0, "network": 2.0}
     print(f"\nseconds: {batches['seconds']}")
+
+
+def test_the_feeders_record_reaches_the_coordinator(batches):
+    rows = {(r["student"], r["grade_id"]): r for r in _rows(batches["ray"], "grades.csv") if r["notebook"] == ED}
+    assert rows[("honest", "test_greedy_decode")]["judge"] == "passed", rows[("honest", "test_greedy_decode")]
+    wrong = rows[("wrong", "test_greedy_decode")]
+    assert wrong["judge"] == "failed" and "called model.encode" in wrong["reason"], wrong
 
 
 def test_every_student_once_in_the_gradebook_and_csvs(batches):
