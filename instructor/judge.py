@@ -1570,12 +1570,14 @@ def _served_counts(out: Path) -> dict | None:
         return None if raw is None else {"__feeder__": {}}
     if "__feeder__" in loaded:
         return {"__feeder__": {}}
+    lost = loaded.pop("__lost__", [])  # the probes of phases whose feeder gave no report
+    lost = {"__lost__": {str(name): 1 for name in lost}} if isinstance(lost, list) else {"__feeder__": {}}
 
     def pairs(values: list) -> list:
         return [[int(a), int(b)] for a, b in (v for v in values if isinstance(v, list) and len(v) == 2)]
 
     try:
-        return {
+        return lost | {
             str(name): {
                 str(op): n if isinstance(n, int) else pairs(n) for op, n in ops.items() if isinstance(n, (int, list))
             }
@@ -1600,10 +1602,13 @@ def _with_served_record(probe: Probe, name: str, got, served: dict | None):
     return dict(got, positions=torch.tensor(record, dtype=torch.int64).reshape(-1, 2))
 
 
-def _feeder_lost(probe: Probe, served: dict | None) -> str | None:
-    """Why a probe on a served stand-in has no record to be judged by: the feeder gave the runner no report (a
-    phase had it killed). No feeder at all (`served` None) is a child that ran without one, unsandboxed."""
-    if served is None or "__feeder__" not in served or not any(kind in SERVED_KINDS for kind, _ in probe.args):
+def _feeder_lost(probe: Probe, name: str, served: dict | None) -> str | None:
+    """Why a probe on a served stand-in has no record to be judged by: its phase's feeder gave the runner no report
+    (a phase had it killed), or there is no report at all from a child that had feeders. No feeder at all (`served`
+    None) is a child that ran without one, unsandboxed."""
+    if served is None or not any(kind in SERVED_KINDS for kind, _ in probe.args):
+        return None
+    if "__feeder__" not in served and name not in served.get("__lost__", {}):
         return None
     return "the judge's feeder, which serves this probe's model and records its calls, ended without a report"
 
@@ -2169,7 +2174,7 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
         elif got is not None:
             try:
                 why = (
-                    _feeder_lost(probe, served)
+                    _feeder_lost(probe, name, served)
                     or _encoded_once(probe, name, served)
                     or compare(probe, got, prepared.expected[name])
                 )

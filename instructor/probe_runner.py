@@ -137,21 +137,28 @@ def _served_model(spec: dict, tensors: dict):
     return None, None
 
 
-def serve_request(folder: str, fd: int, report: int | None = None) -> None:
+def serve_request(folder: str, fd: int, report: int | None = None, names: list | None = None) -> None:
     """The feeder: the probes without their arguments first, then, for each probe name asked for (b"N" + name), its
     entry and tensors (as (key, dtype, shape, bytes) rows), once; a name asked for twice, or unknown, ends the
-    serving. A probe's stand-in encoder-decoder stays here: its table is never sent, its entry names it as served,
-    and each call the child makes (b"C" + a JSON header + the tensors' bytes) is answered here and counted, out of
-    the learner's reach. The counts go to `report` (the runner's pipe) when the serving ends."""
+    serving. `names`: one phase's probes, the only ones served, and in that order (the runner starts a feeder of
+    its own for each phase: nothing one phase leaves in a feeder, an unread reply or a count, reaches the next).
+    A probe's stand-in model stays here: its table is never sent, its entry names it as served, and each call the
+    child makes (b"C" + a JSON header + the tensors' bytes) is answered here and counted, out of the learner's
+    reach, for the probe being served only. The counts go to `report` (the runner's pipe) when the serving ends."""
     import json
     import pickle
 
     import torch
 
     request = load_request(folder)
-    entries = {probe["name"]: probe for probe in request["probes"]}
-    _feed(fd, pickle.dumps([{k: v for k, v in probe.items() if k != "args"} for probe in request["probes"]]))
+    chosen = [p for p in request["probes"] if names is None or p["name"] in names]
+    if names is not None:
+        chosen.sort(key=lambda probe: list(names).index(probe["name"]))
+    entries = {probe["name"]: probe for probe in chosen}
+    _feed(fd, pickle.dumps([{k: v for k, v in probe.items() if k != "args"} for probe in chosen]))
+    order = [probe["name"] for probe in chosen] if names is not None else None
     served: set[str] = set()
+    current = None  # the probe being served: its stand-in alone answers calls
     models: dict[str, object] = {}  # probe -> its stand-in, once the probe's turn came
     counts: dict[str, dict] = {}
     try:
@@ -165,7 +172,7 @@ def serve_request(folder: str, fd: int, report: int | None = None) -> None:
                     size = int.from_bytes(message[1:5], "big")
                     header = json.loads(message[5 : 5 + size].decode())
                     name, op = header["probe"], header["op"]
-                    if name not in models:
+                    if name not in models or (order is not None and name != current):
                         raise ValueError("no stand-in is served for this probe now")
                     if sum(sum(n for n in ops.values() if isinstance(n, int)) for ops in counts.values()) >= _CALLS:
                         raise ValueError(f"more than {_CALLS} model calls in one job")
@@ -184,10 +191,12 @@ def serve_request(folder: str, fd: int, report: int | None = None) -> None:
                 name = message[1:].decode() if message[:1] == b"N" and len(message) <= 65 else None
             except UnicodeDecodeError:
                 name = None
-            if name is None or name in served or name not in entries:
+            due = order[len(served)] if order is not None and len(served) < len(order) else name
+            if name is None or name in served or name not in entries or name != due:
                 _feed(fd, pickle.dumps(None))
                 return
             served.add(name)
+            current = name
             entry, withheld = dict(entries[name]), set()
             entry["args"] = list(entry.get("args", []))
             for j, spec in enumerate(entry["args"]):
@@ -273,6 +282,8 @@ def feeder_client(folder: str, sock, report: int | None = None) -> dict:
                 "judge serves each probe's inputs once, so none are served any more"
             )
         entry, rows = got
+        if entry.get("name") != name:  # a reply left in the socket for another request
+            raise ProbeError("the judge's feeder answered for another probe: its inputs were asked for out of turn")
         tensors = {key: tensor(dtype, shape, raw) for key, dtype, shape, raw in rows}
         for spec in entry.get("args", []):
             if isinstance(spec, dict) and "served" in spec:
@@ -293,6 +304,7 @@ def feeder_client(folder: str, sock, report: int | None = None) -> dict:
                 break
             parts.append(part)
         os.close(report)
+        keep.close()
         data = b"".join(parts)
         return data[8:].decode() if len(data) >= 8 and int.from_bytes(data[:8], "big") == len(data) - 8 else None
 

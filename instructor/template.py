@@ -134,14 +134,20 @@ def run_probe_plan(
     groups = phases(probes) if probes is not None else [None]
     out_dir = os.path.join(probes["folder"], OUT_DIR) if probes is not None else None
     kept: dict[str, bytes] = {}
+    served: dict = {}  # the phases' feeders' counts of their stand-ins' calls (`probe_runner.SERVED`)
     for index, names in enumerate(groups):
         scratch = None if confine is not None else tempfile.mkdtemp(prefix=f"phase-{index}-", dir=os.getcwd())
         mounted = out_dir is not None and _own_out(out_dir, out_uid)
+        try:
+            feed = probes["feed"](names) if probes is not None and probes.get("feed") else None
+        except Exception:  # noqa: BLE001 - this phase's probes then have no inputs, and fail for it
+            traceback.print_exc()
+            feed = None
         pid = os.fork()
         if pid == 0:
             try:
                 if confine is not None:
-                    confine()
+                    confine((feed["feeder_fd"],) if feed else ())
                 else:
                     os.chdir(scratch)
                     sys.path.insert(0, scratch)
@@ -152,7 +158,12 @@ def run_probe_plan(
                     chosen = [p for p in probes["probes"] if p["name"] in names]
                     # a phase of merged groups (past MAX_PHASES) is refused, in every probe, what any of them is
                     union = sorted({rule for p in chosen for rule in p.get("forbidden_ops", ())})
-                    phase = dict(probes, probes=[dict(p, forbidden_ops=union) for p in chosen])
+                    phase = {k: v for k, v in probes.items() if k != "feed"}
+                    phase |= {"probes": [dict(p, forbidden_ops=union) for p in chosen]}
+                    if feed is not None:
+                        phase["fetch"] = feed["fetch"]
+                    elif probes.get("feed"):
+                        phase["fetch"] = _no_feeder
                 _run_phase(plan, phase, index, run_probes, cell_timeout, deadline)
             except BaseException:  # noqa: BLE001 - said in the job's log; its probes then have no output
                 traceback.print_exc()
@@ -161,6 +172,16 @@ def run_probe_plan(
         _, status = os.waitpid(pid, 0)
         if status:
             print(f"phase {index}: its process ended with status {status}", file=sys.stderr)
+        if feed is not None:  # once the phase has ended: its feeder's counts, or its loss
+            counts = feed["finish"]()
+            try:
+                served |= {str(k): v for k, v in json.loads(counts).items()} if counts is not None else {}
+            except (ValueError, AttributeError):
+                counts = None
+            if counts is None:
+                served.setdefault("__lost__", []).extend(names)
+        elif probes is not None and probes.get("feed"):
+            served.setdefault("__lost__", []).extend(names)
         if scratch is not None:
             remove_tree(scratch)
         if out_dir is not None:
@@ -171,9 +192,8 @@ def run_probe_plan(
                 _libc().umount2(out_dir.encode(), 2)  # MNT_DETACH: gone with everything in it
             for entry in os.listdir(out_dir):
                 remove_tree(os.path.join(out_dir, entry))
-    if probes is not None and probes.get("finish") is not None:  # the feeder's counts, read once no phase is left
-        counts = probes["finish"]()  # None where it gave none (a phase had it killed): the judge then trusts none
-        kept[SERVED] = (counts if counts is not None else '{"__feeder__": "no report"}').encode()
+    if probes is not None and probes.get("feed"):  # the feeders' counts: a phase whose feeder gave none is "lost"
+        kept[SERVED] = json.dumps(served).encode()
     for name, data in kept.items():
         fd = os.open(os.path.join(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -192,6 +212,12 @@ def _fresh_randomness() -> None:
     torch.manual_seed(seed)
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed(seed % 2**32)
+
+
+def _no_feeder(name: str):
+    from instructor.probe_runner import ProbeError
+
+    raise ProbeError("the judge's feeder for this phase could not start: its inputs were not served")
 
 
 def _read_files(folder: str, names, limit: int = 64 << 20) -> dict[str, bytes]:
@@ -280,12 +306,31 @@ def _load_probes(folder: str | None, uid: int | None):
 
 
 def _fed_probes(folder: str, uid: int | None, charge=None):
-    """The probe child's request from a feeder (`probe_runner.serve_request`): a process forked here, as root and
-    before any learner code, that alone reads the judge's files and hands each probe's inputs over when the runner
-    asks for them. It ends when this process does (its socket closes; the template also ends the session)."""
+    """The probe child's request from feeders (`probe_runner.serve_request`): processes forked here, as root and
+    before any learner code, that alone read the judge's files. A first one tells this process the probes without
+    their arguments; then `feed(names)` starts one for each phase (`run_probe_plan`), which hands that phase's
+    probes their inputs in turn, serves their stand-in models and reports its counts of their calls, so nothing one
+    phase leaves in a feeder (a reply left unread, a count) reaches the next. None where the request cannot be
+    read (the judge then fails these tests for want of output)."""
+    from instructor.probe_runner import prepare_output
+
+    try:
+        prepare_output(folder, uid)
+        lister = _feeder(folder, None, charge)
+        probes = lister["probes"]
+        lister["finish"]()
+    except Exception:  # noqa: BLE001 - the judge then fails these tests for want of output
+        traceback.print_exc()
+        return None
+    return {"folder": folder, "probes": probes, "tensors": {}, "feed": lambda names: _feeder(folder, names, charge)}
+
+
+def _feeder(folder: str, names, charge=None) -> dict:
+    """A feeder forked here for `names` (None: every probe, any order): its client (`probe_runner.feeder_client`:
+    `probes`, `fetch`, `finish`) and `feeder_fd`, the socket the phase keeps."""
     import socket
 
-    from instructor.probe_runner import feeder_client, prepare_output, serve_request
+    from instructor.probe_runner import feeder_client, serve_request
 
     ours, theirs = socket.socketpair()
     report, told = os.pipe()  # the feeder's counts of served calls, to the runner alone (no phase keeps it)
@@ -297,17 +342,21 @@ def _fed_probes(folder: str, uid: int | None, charge=None):
             close_fds_except((theirs.fileno(), told))
             if charge is not None:  # what it serves the learner's calls with is the learner's memory and CPU
                 charge()
-            serve_request(folder, theirs.fileno(), report=told)
+            serve_request(folder, theirs.fileno(), report=told, names=names)
         finally:
             os._exit(0)
     theirs.close()
     os.close(told)
-    try:
-        prepare_output(folder, uid)
-        return dict(feeder_client(folder, ours, report=report), report_fd=report)
-    except Exception:  # noqa: BLE001 - the judge then fails these tests for want of output
-        traceback.print_exc()
-        return None
+    client = feeder_client(folder, ours, report=report)
+    finish = client["finish"]
+
+    def finished() -> str | None:
+        try:
+            return finish()
+        finally:
+            os.waitpid(pid, 0)
+
+    return dict(client, finish=finished)
 
 
 # ---------------------------------------------------------------------- template (fork server)
@@ -720,8 +769,6 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
             _forget_answers(plan.get("notebook"), own=False)
         elif os.path.isdir(solutions):  # a probe template's child reads the earlier notebooks' answers only
             _answers_from(solutions, before=plan.get("notebook") or "")
-        fed = (probes["feeder_fd"],) if probes and "feeder_fd" in probes else ()
-        report = (probes["report_fd"],) if probes and "report_fd" in probes else ()
         if not confinement.cgroup_dir:  # read from /proc, which the confined child no longer has
             _limit_memory(memory)
         from instructor.sandbox import close_fds_except
@@ -730,10 +777,10 @@ def _probe_child(job: dict, confinement, slot: int, log_fd: int) -> None:
         # its own, a fresh home and /tmp, its cgroups) before the learner's definitions run, so no phase can
         # signal it or leave anything for the next (a phase that killed it, once its own outputs were written, had
         # its forgery for a later phase's probe read as that probe's output: full marks in 04 and 05).
-        close_fds_except(fed + report)
+        close_fds_except(())
 
-        def confine() -> None:
-            confinement.enter(slot, memory, keep=fed)  # the report's pipe closed: the runner's alone
+        def confine(keep: tuple[int, ...] = ()) -> None:
+            confinement.enter(slot, memory, keep=keep)  # its feeder's socket only: the report's pipe is the runner's
             sys.path.insert(0, os.getcwd())  # as in the learner's kernel: a module the notebook writes is found
 
     else:

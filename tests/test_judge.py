@@ -2742,6 +2742,37 @@ def test_a_function_checked_at_run_time_takes_the_judges_stand_in(notebook, grad
     assert verdict_of(notebook, grade_id, namespace, tmp_path / "plain")["passed"]
 
 
+def test_each_phase_has_a_feeder_of_its_own_that_serves_its_probes_in_turn(tmp_path):
+    """A review: one feeder for every phase left a channel between them (a reply left unread, a count), and an
+    input asked for out of turn, its reply left in the socket, did not fail its own probe. Each phase's feeder
+    serves that phase's probes only, in their order, and a stand-in answers while its own probe is served."""
+    from instructor.template import _feeder
+
+    prepared = judge.prepare("07_sampling_and_kv_cache", tmp_path / "job")
+    probe_runner.prepare_output(str(prepared.folder), None)
+    names = [n for n, p in prepared.probes.items() if p.grade_id in ("test_cached_generate", "test_left_pad")][:2]
+    feed = _feeder(str(prepared.folder), names)
+    try:
+        assert [p["name"] for p in feed["probes"]] == names  # this phase's probes only, without their arguments
+        with pytest.raises(probe_runner.ProbeError, match="out of turn"):
+            feed["fetch"](names[1])
+    finally:
+        assert json.loads(feed["finish"]()) == {}
+    feed = _feeder(str(prepared.folder), names)
+    try:
+        _, tensors = feed["fetch"](names[0])
+        model = next(v for k, v in tensors.items() if k.startswith("served:"))
+        model(torch.zeros(1, 2, dtype=torch.long))
+        feed["fetch"](names[1])  # the next probe's turn: the first one's stand-in answers no more
+        with pytest.raises(probe_runner.ProbeError, match="no stand-in is served for this probe now"):
+            model(torch.zeros(1, 2, dtype=torch.long))
+    finally:
+        counts = json.loads(feed["finish"]())
+    assert counts[names[0]]["positions"] == [[0, 2]], counts
+    assert judge._feeder_lost(prepared.probes[names[0]], names[0], {"__lost__": {names[0]: 1}})
+    assert judge._feeder_lost(prepared.probes[names[0]], names[0], {"__lost__": {"p999": 1}}) is None
+
+
 def test_no_report_from_the_feeder_fails_the_probes_it_served(tmp_path):
     """Red-team round 8 killed the feeder (a call shaped to broadcast to 9 GB, charged to the job's memory) after a
     decoder that re-encoded every step; with no counts written, the judge took the child's own counter. The runner
@@ -2978,8 +3009,8 @@ step = {"kind": "learner", "code": code, "filename": "<learner 09 cell 3>", "use
 scratch = sys.argv[2]
 
 
-def confine():
-    close_fds_except((probes["feeder_fd"],))
+def confine(keep=()):
+    close_fds_except(keep)
     os.chdir(scratch)
     os.setgid(65534)
     os.setuid(65534)
