@@ -1373,7 +1373,7 @@ def _first_to_finish(rows: list[list[int]]) -> int:
     # ... and the row's next token, were it not finished, is another (a bigram whose likeliest token after the id
     # is the id itself goes on emitting it: not forcing the finished rows to it went unseen on one draw in CI)
     for row in (rows[0], *rows[1:]):
-        for step, token in enumerate(row[:3]):  # within the probe's 3 or more steps
+        for step, token in enumerate(row[:-1]):  # any step with one after it (a row is the probe's new tokens)
             finishes_first = step >= 1 and first(row, token) == step and max(first(o, token) for o in rows) > step
             if finishes_first and step + 1 < len(row) and row[step + 1] != token:
                 return token
