@@ -117,8 +117,9 @@ def run_probe_plan(
     such as one that needs the reference model, leaves its names unbound and the rest runs), then the probes.
 
     The probes run in phases (`probe_runner.phases`: those of one phase forbid the same), each in a process of its
-    own forked from this one, which never runs learner code; `confine()` confines a phase's process (in the
-    sandbox: its own uid, home, /tmp and cgroups) before anything else runs there; without it (unsandboxed), each
+    own forked from this one, which never runs learner code; `confine(keep)` confines a phase's process (in the
+    sandbox: its own uid, home, /tmp and cgroups; `keep`: the descriptors it keeps, its feeder's socket) before
+    anything else runs there; with `probes["feed"]`, each phase gets a feeder of its own; without it (unsandboxed), each
     phase works in a fresh folder of its own, removed once it has ended. What its probes forbid is
     taken out of it before the definitions run, so no learner statement ever runs where it is present (a GELU
     table computed by a definition before GELU was taken out for gelu_new's probe scored full marks). Once a phase
