@@ -207,23 +207,15 @@ def test_notebooks_without_probes_are_not_judged(tmp_path):
 
 def course_with(notebook: str, old: str | None, new: str | None) -> dict:
     """The course's definitions up to `notebook`, with `old` replaced by `new` in that notebook's code."""
-    names = notebook_names()
-    module = types.ModuleType(f"judge_test_{notebook}")
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    for name in names[: names.index(notebook) + 1]:
-        source = component_source(name)
-        if name == notebook and old is not None:
-            assert source.count(old) == 1, old
-            source = source.replace(old, new)
-        exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - the course's code, altered
-    return dict(vars(module))
+    return course_with_each(notebook, [] if old is None else [(old, new)])
 
 
 def course_with_each(notebook: str, replacements: list[tuple[str, str]]) -> dict:
-    """`course_with`, several replacements made in that notebook's code, in order."""
+    """The course's definitions up to `notebook`, each `(old, new)` replacement made in that notebook's code, in
+    order."""
     names = notebook_names()
-    module = types.ModuleType(f"judge_test_{notebook}_each")
-    sys.modules[module.__name__] = module
+    module = types.ModuleType(f"judge_test_{notebook}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
     for name in names[: names.index(notebook) + 1]:
         source = component_source(name)
         for old, new in replacements if name == notebook else ():
@@ -1206,22 +1198,6 @@ FORGED_BATCH_RECORDS = {  # a loop that trains on the same batch every step and 
 }
 
 
-@pytest.mark.parametrize("forgery", sorted(FORGED_BATCH_RECORDS))
-def test_a_loop_that_forges_the_record_of_its_batches_fails(forgery, tmp_path):
-    """The record of the batches is made in the learner's process, so the learner can write it; the weights that
-    training leaves are the outcome the judge trusts: it replays the course's loop on the recorded batches outside
-    and compares. A loop trained on one batch, its record showing fresh ones, fails there (red-team round 7 scored
-    full marks with the first of these)."""
-    namespace = course_with(
-        "06_training",
-        "        batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
-        "        loss = lm_cross_entropy(model(batch), batch)\n",
-        FORGED_BATCH_RECORDS[forgery],
-    )
-    verdict = verdict_of("06_training", "test_train", namespace, tmp_path)
-    assert not verdict["passed"] and "replayed on the batches the model's embedding saw" in verdict["message"], verdict
-
-
 FORGED_SEED_RECORDS = {  # a loop that asks for the same seed every step and shows the judge's record fresh ones
     # red-team round 7: the stand-in's closure cell rewritten after each call
     "last record rewritten": (
@@ -1239,18 +1215,41 @@ FORGED_SEED_RECORDS = {  # a loop that asks for the same seed every step and sho
 }
 
 
-@pytest.mark.parametrize("forgery", sorted(FORGED_SEED_RECORDS))
-def test_an_addition_loop_that_forges_the_record_of_its_seeds_fails(forgery, tmp_path):
-    """The record of the seeds is the learner's to write; the stand-in's problems are a function of the seed asked
-    for, so the trained weights say which seeds the loop trained on: the judge replays the course's loop on the
-    problems of the recorded seeds and compares (red-team round 7 scored full marks with the first of these)."""
-    namespace = course_with(
-        "06_training",
-        "        tokens, loss_mask = addition_data(args.batch_size, n_digits, seed=args.seed + 1 + step)\n",
-        FORGED_SEED_RECORDS[forgery],
-    )
-    verdict = verdict_of("06_training", "test_train_addition", namespace, tmp_path)
-    assert not verdict["passed"] and "against the course's loop on the problems" in verdict["message"], verdict
+FORGED_RECORDS = {  # (test, the honest lines, the forgery, what the judge says)
+    **{
+        f"batches: {name}": (
+            "test_train",
+            (
+                "        batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
+                "        loss = lm_cross_entropy(model(batch), batch)\n"
+            ),
+            code,
+            "replayed on the batches the model's embedding saw",
+        )
+        for name, code in FORGED_BATCH_RECORDS.items()
+    },
+    **{
+        f"seeds: {name}": (
+            "test_train_addition",
+            "        tokens, loss_mask = addition_data(args.batch_size, n_digits, seed=args.seed + 1 + step)\n",
+            code,
+            "against the course's loop on the problems",
+        )
+        for name, code in FORGED_SEED_RECORDS.items()
+    },
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGED_RECORDS))
+def test_a_loop_that_forges_its_record_fails(forgery, tmp_path):
+    """06's records (the batches the model embedded, the seeds asked of addition_data) are made in the learner's
+    process, so the learner can write them; the weights that training leaves are the outcome the judge trusts: it
+    replays the course's loop outside on the recorded batches, or on the problems of the recorded seeds (the
+    stand-in's problems are a function of the seed), and compares. Red-team round 7 scored full marks with the
+    first forgery of each kind."""
+    grade_id, old, new, cause = FORGED_RECORDS[forgery]
+    verdict = verdict_of("06_training", grade_id, course_with("06_training", old, new), tmp_path)
+    assert not verdict["passed"] and cause in verdict["message"], verdict
 
 
 EARLY_BOUND = {  # honest loops that hold addition_data before the judge's run (red-team round 8: both scored 0)
