@@ -42,6 +42,7 @@ from instructor.probe_runner import (
     REQUEST,
     SCRIPTS,
     SERVED,
+    SERVED_KINDS,
     param_group_decay,
     phase_files,
     phases,
@@ -1588,9 +1589,6 @@ def _served_counts(out: Path) -> dict | None:
         return {"__feeder__": {}}
 
 
-SERVED_KINDS = ("kv_prefix_lm", "table_seq2seq")  # the stand-ins the feeder serves and records the calls of
-
-
 def _with_served_record(probe: Probe, name: str, got, served: dict | None):
     """`got`, its record of the positions each forward fed a served stand-in (`kv_prefix_lm`) replaced with the
     feeder's (the child's own is empty there, and would be the learner's to write)."""
@@ -1841,7 +1839,7 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
             return f"addition_data was asked for {asked[:, 1].tolist()} digits{again}, not n_digits = {n_digits}"
     again = got.get("calls.2")
     weights = [k for k in got if k.startswith("w0.")]
-    if not _same_values(again, calls[0]) or any(not _same_values(got.get(f"w2.{k[3:]}"), got[k]) for k in weights):
+    if not _same(again, calls[0]) or any(not _same(got.get(f"w2.{k[3:]}"), got[k]) for k in weights):
         return (
             "train_addition asked addition_data for other seeds, or trained other weights, when run again with the "
             "same arguments: derive every step's seed from args.seed (and the step), so that a seed reproduces a run"
@@ -1954,8 +1952,8 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     """The batches `train` trained on, against the course's loop on the same arguments (`_train_batches`)."""
     import torch
 
-    batches = [got.get(f"batch.{i}") for i in range(sum(key.startswith("batch.") for key in got))]
-    if not batches or any(not isinstance(b, torch.Tensor) for b in batches):
+    batches = _run_batches(got, "batch")
+    if not batches:
         return "no record of the batches the model was trained on"
     why = _batch_rules(batches, rules)
     if why is not None:
@@ -1968,7 +1966,7 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     again = _run_batches(got, "again")
     same = len(again) == len(batches) and all(torch.equal(a, b) for a, b in zip(again, batches))
     weights = [k for k in got if k.startswith("w.")]
-    if not same or any(not _same_values(got.get(f"wa.{k[2:]}"), got[k]) for k in weights):
+    if not same or any(not _same(got.get(f"wa.{k[2:]}"), got[k]) for k in weights):
         return (
             "trained on other batches when run again from the same start with the same arguments: draw them from "
             "the global generator seeded with args.seed (torch.manual_seed), so that a seed reproduces a run"
@@ -2031,12 +2029,6 @@ def _run_batches(got: dict, tag: str) -> list:
 
     found = [got.get(f"{tag}.{i}") for i in range(sum(key.startswith(f"{tag}.") for key in got))]
     return [b for b in found if isinstance(b, torch.Tensor)]
-
-
-def _same_values(a, b) -> bool:
-    import torch
-
-    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
 def _replayed(probe: Probe, got: dict, rules: dict, batches: list, prefix: str) -> str | None:

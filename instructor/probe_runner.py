@@ -30,6 +30,7 @@ OUT_DIR = "out"
 OUTPUTS = "outputs.safetensors"
 ERRORS = "errors.json"
 SERVED = "served.json"  # the feeder's counts of the calls to the stand-ins it served, written by the runner alone
+SERVED_KINDS = ("table_seq2seq", "kv_prefix_lm")  # the judge's arguments that are stand-ins the feeder serves
 
 
 class ProbeError(Exception):
@@ -203,7 +204,7 @@ def serve_request(folder: str, fd: int, report: int | None = None, names: list |
                 model, key = _served_model(spec, request["tensors"]) if isinstance(spec, dict) else (None, None)
                 if model is not None:
                     models[name], counts[name] = model, {}
-                    entry["args"][j] = {k: v for k, v in spec.items() if k not in ("table_seq2seq", "kv_prefix_lm")}
+                    entry["args"][j] = {k: v for k, v in spec.items() if k not in SERVED_KINDS}
                     entry["args"][j]["served"] = name
                     withheld.add(key)
             rows = [
@@ -995,8 +996,11 @@ def _positions(model):
     for the feeder's proxy: the feeder keeps that record, and the judge reads it there)."""
     import torch
 
-    pairs = list(getattr(model, "positions", []))[:MAX_DICT_ENTRIES]
-    return torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2)
+    try:  # whatever a learner set on the proxy: the judge reads the feeder's record there, not this one
+        pairs = list(getattr(model, "positions", []))[:MAX_DICT_ENTRIES]
+        return torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2)
+    except (TypeError, ValueError, RuntimeError):
+        return torch.zeros((0, 2), dtype=torch.int64)
 
 
 def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:
