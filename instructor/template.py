@@ -93,7 +93,7 @@ def probe_steps(steps: list[dict]) -> list[dict]:
 
 
 def _own_out(out_dir: str, uid: int | None) -> bool:
-    """A tmpfs of its own on a phase's outputs' folder, bounded (64 MB and 1,024 files, for its uid): nothing a phase
+    """A tmpfs of its own on a phase's outputs' folder, bounded (80 MB and 1,024 files, for its uid): nothing a phase
     writes there is left for the next (its files, the folder's extended attributes and times), and it cannot fill
     the folder the judge's jobs of every student share (a phase that filled its inodes made two other students'
     probes fail). False where no mount can be made (unsandboxed): the folder is emptied instead."""
