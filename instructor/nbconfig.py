@@ -2,7 +2,9 @@
 
 - `GuardedExecute`: nbgrader's `Execute` with a time budget for the whole notebook on top of the per-cell timeout,
   and a kernel that dies (out of memory, a crash) ending the run instead of failing the notebook: the cells that
-  ran keep their outputs, the others get an error, so a submission is scored for what ran.
+  ran keep their outputs, the others get an error, so a submission is scored for what ran. Code cells after the
+  last graded cell are not run: cells run in order, so none of them can change a score, and the notebooks' closing
+  demonstrations (09's runs after its last test, 06's addition model) were a fifth of a submission's time.
 - `HarmlessStderr`: nbgrader takes any stderr output in a graded test cell as a failure. The course's checks
   raise an exception when they fail and print only to stdout, so stderr there is a warning (a
   DeprecationWarning, a tqdm bar) and must not cost points: it is moved to stdout. An exception still fails.
@@ -34,6 +36,8 @@ class GuardedExecute(Execute):
         self._deadline = monotonic() + self.notebook_timeout
         self._cell_timeout = self.timeout
         self._stopped = None
+        graded = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and utils.is_grade(cell)]
+        self._last_graded = max(graded, default=-1)
         try:
             return super().preprocess(nb, resources, km)
         finally:
@@ -41,6 +45,18 @@ class GuardedExecute(Execute):
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
+            return cell, resources
+        if index > self._last_graded:
+            cell.outputs = (
+                [
+                    NotebookNode(
+                        output_type="stream", name="stdout", text="(Not run when grading: no graded test follows.)\n"
+                    )
+                ]
+                if cell.source.strip()
+                else []
+            )
+            cell.execution_count = None
             return cell, resources
         remaining = self._deadline - monotonic()
         if self._stopped is None and remaining <= 0:

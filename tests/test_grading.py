@@ -616,13 +616,12 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
     nb = solve(ln(), LN, "layernorm")
     insert_after(nb, "test_layernorm", REACH_OUT.format(repo=REPO_ROOT, out=out_dir))
     insert_after(nb, "layernorm", "deep = " + "-" * 50000 + "1")
-    nb["cells"].append(code_cell(SHARED_MEMORY))
+    insert_after(nb, "layernorm", SHARED_MEMORY)  # before the test: cells after the last one are not run
     out["reach_out"] = {LN: nb}
     out["solved."] = {LN: solve(ln(), LN, "layernorm")}  # the same id as "solved": graded as "solved-2"
     for student, code in (("zz_planter", PLANTER), ("zz_seeker", SEEKER), ("zz_filler", FILLER), ("zz_forker", FORKER)):
         nb = solve(ln(), LN, "layernorm")
-        nb["cells"].append(code_cell(code))
-        out[student] = {LN: nb}
+        out[student] = {LN: insert_after(nb, "layernorm", code)}
     return out
 
 
@@ -842,6 +841,15 @@ def test_solutions_get_full_marks(graded):
     )  # and the others are not judged
     assert all(r["judge"] in ("passed", "") for r in rows), rows
     assert {r["flags"] for r in rows} <= {"", "notes.txt ignored (not one of the course's notebooks)"}, rows
+    # The closing cells after the last test are not run (none can change a score); every test cell was
+    autograded = read_json(graded["out"] / "course" / "autograded" / "solved" / LN / f"{LN}.ipynb")["cells"]
+    code = [c for c in autograded if c["cell_type"] == "code"]
+    last_test = max(i for i, c in enumerate(code) if c["metadata"].get("nbgrader", {}).get("grade"))
+    assert all(c["execution_count"] for c in code[: last_test + 1]), code[: last_test + 1]
+    assert len(code) > last_test + 1 and all(
+        c["execution_count"] is None and "Not run when grading" in "".join(c["outputs"][0]["text"])
+        for c in code[last_test + 1 :]
+    ), code[last_test + 1 :]
     feedback = (graded["out"] / "feedback" / "solved" / f"{LN}.html").read_text()
     # Self-contained: formulas as MathML, nothing loaded from the network.
     assert "<math" in feedback and not re.search(r"<script[^>]*src=[\"']https?:", feedback)

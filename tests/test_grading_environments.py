@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_grading import LN, needs_sandbox, solve
+from test_grading import LN, insert_after, needs_sandbox, solve
 
 from instructor.course import REPO_ROOT, read_json
 from instructor.grade import TEMPLATE_START_ATTEMPTS, prepare_course
@@ -52,7 +52,7 @@ def _submissions(root: Path) -> Path:
     release = read_json(root / "setup" / "release" / LN / f"{LN}.ipynb")
     subs = root / "submissions"
     loud = solve(copy.deepcopy(release), LN, "layernorm")
-    loud["cells"].append({"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": LOUD})
+    insert_after(loud, "layernorm", LOUD)  # before the test: cells after a notebook's last test are not run
     for student, nb in {
         "honest": solve(copy.deepcopy(release), LN, "layernorm"),
         "blank": copy.deepcopy(release),
