@@ -611,13 +611,14 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
         "launder_source": {LN: set_source(ln(), "layernorm", LAUNDERED_SOURCE)},
         "native_routes": {LN: set_source(ln(), "layernorm", NATIVE_ROUTES)},
     }
-    # reads the solutions, kills the template, leaves a process to rewrite the grades, maps 3 GB of shared
-    # memory, and has an expression too deep for the parser: the honest LayerNorm still gets full marks
+    # reads the solutions, kills the template, leaves a process to rewrite the grades and has an expression too
+    # deep for the parser: the honest LayerNorm still gets full marks
     nb = solve(ln(), LN, "layernorm")
     insert_after(nb, "test_layernorm", REACH_OUT.format(repo=REPO_ROOT, out=out_dir))
     insert_after(nb, "layernorm", "deep = " + "-" * 50000 + "1")
-    insert_after(nb, "layernorm", SHARED_MEMORY)  # before the test: cells after the last one are not run
-    out["reach_out"] = {LN: nb}
+    # ... and, in 02 after its first test (cells after a notebook's last test are not run), maps 3 GB of shared memory
+    emb = solve(copy.deepcopy(release[EMB]), EMB, "embed", "pos_embed", "sinusoidal")
+    out["reach_out"] = {LN: nb, EMB: insert_after(emb, "test_embed", SHARED_MEMORY)}
     out["solved."] = {LN: solve(ln(), LN, "layernorm")}  # the same id as "solved": graded as "solved-2"
     for student, code in (("zz_planter", PLANTER), ("zz_seeker", SEEKER), ("zz_filler", FILLER), ("zz_forker", FORKER)):
         nb = solve(ln(), LN, "layernorm")
@@ -703,7 +704,7 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "colab": "all",
     "vscode": "all",
     **{student: {} for student in SANDBOX_CHEATS},
-    "reach_out": "all",
+    "reach_out": {"test_layernorm": "max", "test_embed": "max"},
     "solved-2": "all",
     "zz_planter": "all",
     "zz_seeker": "all",
@@ -1227,8 +1228,9 @@ def test_sandbox_hides_the_answers_and_the_outputs_and_the_grader(graded):
     text = (graded["out"] / "course" / "autograded" / "reach_out" / LN / f"{LN}.ipynb").read_text()
     reach = text[text.index("REACH:") :].split("\\n")[0]
     assert "READABLE" not in reach and "KILLED" not in reach, reach
-    assert "SURVIVED" not in text  # the memory cgroup counts shared memory: the kernel was stopped
-    assert "DeadKernelError" in rows[0]["flags"], rows[0]["flags"]
+    shared = (graded["out"] / "course" / "autograded" / "reach_out" / EMB / f"{EMB}.ipynb").read_text()
+    assert "SURVIVED" not in shared  # the memory cgroup counts shared memory: the kernel was stopped
+    assert all("DeadKernelError" in r["flags"] for r in rows if r["notebook"] == EMB), rows
 
 
 def test_output_right_only_under_the_harness_fails_the_judge_and_is_flagged(graded):
