@@ -956,8 +956,10 @@ class Grader:
                 os.chmod(folder / path.name, 0o600)
             item.probes = judge.Prepared(folder, item.notebook, 0, {})
             return
+        started = time.monotonic()
         try:
             item.probes = judge.prepare(item.notebook, folder)
+            item.timings["judge's inputs"] = time.monotonic() - started
         except Exception as err:  # noqa: BLE001 - a broken judge fails its tests (flagged), never the batch
             message = f"the judge could not prepare its probes: {type(err).__name__}: {err}"[:300]
             item.flags.append(message)
@@ -973,8 +975,10 @@ class Grader:
             self._keep_judge_outputs(item, prepared.folder)
             return
         prepared.fed = self.sandbox  # a sandboxed probe child is always fed: no record of its feeder is a lost one
+        started = time.monotonic()
         try:
             item.judged = judge.verdicts(prepared)
+            item.timings["verdicts"] = time.monotonic() - started
         except Exception as err:  # noqa: BLE001
             message = f"the judge failed: {type(err).__name__}: {err}"[:300]
             item.flags.append(message)
