@@ -23,6 +23,7 @@ import stat
 from pathlib import Path
 
 from instructor.course import cell_kind, cell_source, nbgrader_meta
+from instructor.nbconfig import GIVEN
 
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -187,6 +188,12 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
         cells.insert(insert_at, restored)
         present.add(grade_id)
         flags.append(f"test cell {grade_id} was missing; the course's test was put back")
+
+    # the course's own code cells, left as released: nbgrader's run may leave out those no graded cell needs
+    given = {_norm(cell_source(c)) for c in release_cells if cell_kind(c) == "given"}
+    for cell in cells:
+        if cell["cell_type"] == "code" and "nbgrader" not in cell["metadata"] and _norm(cell["source"]) in given:
+            cell["metadata"][GIVEN] = True
 
     # valid, unique cell ids; no outputs
     used = set()

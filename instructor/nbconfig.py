@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
 from time import monotonic
 
@@ -27,6 +29,170 @@ def error_output(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
+NOT_RUN = "(Not run when grading: no graded test needs this cell of the course.)\n"
+GIVEN = "course_given"  # cell metadata the grader's normaliser sets on the course's own cells, left as released
+_BUILTINS = frozenset(dir(builtins)) - {"__builtins__"}
+# A cell that reads one of these may read any name: every cell before it runs.
+_DYNAMIC = frozenset(
+    {
+        "exec",
+        "eval",
+        "globals",
+        "locals",
+        "vars",
+        "__import__",
+        "get_ipython",
+        "sys",
+        "inspect",
+        "builtins",
+        "importlib",
+    }
+)
+
+
+def cells_to_run(cells: list) -> set[int]:
+    """The code cells nbgrader runs: none after the last graded cell (cells run in order, so none can change a
+    score); before it, every graded cell, every cell of the learner's, and each of the course's own cells (marked
+    `GIVEN` by the normaliser) that may bind or change a name read by a cell that runs after it, or by the body of
+    a function or class any running cell defines (it may be called later). The rest are the course's
+    demonstrations (a training run, a comparison, a plot), which decide nothing.
+
+    Conservative by design: a cell may change what it binds, what any call in it is given or is called on
+    (`train(model, args)` and `model.eval()` change `model`) and a module whose settings it sets
+    (`torch.set_default_dtype`); a seed only changes which numbers are drawn next. A cell with a magic, one the
+    parser cannot take, or one that reads names dynamically (`globals()`, `exec`, `sys`) runs, and so does every
+    cell before it.
+    """
+    from instructor.plan import binds_and_uses
+
+    code = [i for i, cell in enumerate(cells) if cell.cell_type == "code"]
+    last = max((i for i in code if utils.is_grade(cells[i])), default=-1)
+    trees = {}
+    for i in code:
+        if i <= last:
+            try:  # plain Python only: a magic (`%time f(x)`) holds code as a string, whose names are not seen
+                trees[i] = ast.parse(cells[i].source)
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                trees[i] = None
+    modules = frozenset(
+        (alias.asname or alias.name).split(".")[0]
+        for tree in trees.values()
+        if tree is not None
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    )
+    info = {}  # cell -> (ours, what it may change, its top-level reads, its functions' and classes' reads)
+    for i, tree in trees.items():
+        if tree is not None:
+            ours = cells[i].metadata.get(GIVEN) is True and not utils.is_grade(cells[i])
+            info[i] = (ours, binds_and_uses(tree, modules)[0] | _changes(tree, modules), *_reads(tree), _dynamic(tree))
+    runs: set[int] = set()
+    while True:  # the least set that needs nothing more: each round only adds cells (their bodies' reads)
+        needed = set().union(*(info[i][3] for i in runs if i in info))
+        now, everything = set(), False
+        for i in sorted(trees, reverse=True):
+            if i not in info:
+                now.add(i)
+                everything = True
+                continue
+            ours, changes, top, inner, dynamic = info[i]
+            if not ours or everything or changes & needed or SETTINGS in changes:
+                now.add(i)
+                needed |= top | inner
+                everything = everything or dynamic
+        if now == runs:
+            return runs
+        runs = now
+
+
+def _dynamic(tree: ast.Module) -> bool:
+    """Whether a cell may read names by other means than naming them (`globals()`, `import sys`)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in _DYNAMIC:
+            return True
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] in _DYNAMIC for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _DYNAMIC:
+            return True
+    return False
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """`torch.backends` -> "torch" (a plain module path), None for anything else (`torch.Generator()`)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _reads(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """Global names a cell reads before it binds them itself (`fig, ax = plt.subplots()` then `ax.plot(...)` does
+    not read an earlier cell's `ax`), and those its functions and classes read (when they are called, which may be
+    in any later cell). Builtins are left out."""
+    from instructor.plan import global_uses
+
+    bound: set[str] = set()
+    top: set[str] = set()
+    inner: set[str] = set()
+    for stmt in tree.body:
+        reads = global_uses(ast.Module(body=[stmt], type_ignores=[])) - bound
+        definition = isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        (inner if definition else top).update(reads)
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+        elif definition:
+            bound.add(stmt.name)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            bound |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and _whole(t, n)}
+    return top - _BUILTINS, inner - _BUILTINS
+
+
+def _whole(target: ast.AST, name: ast.Name) -> bool:
+    """Whether `target` rebinds `name` as a whole (`a`, `a, (b, *c)`), not an item or attribute of it (`a[0]`)."""
+    if target is name:
+        return True
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_whole(t, name) for t in target.elts)
+    return isinstance(target, ast.Starred) and _whole(target.value, name)
+
+
+SETTINGS = "<a module's settings>"  # changed: seen by code everywhere (the checks' too), so the cell always runs
+
+
+def _changes(tree: ast.Module, modules: frozenset[str]) -> set[str]:
+    """Names a cell's top-level code may change besides those it binds: what any call there is given or is called
+    on; `SETTINGS` if it sets a module's settings or attributes."""
+    from instructor.plan import _root_name
+
+    out = set()
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            decorators = {_root_name(d) for d in getattr(node, "decorator_list", [])}
+            out |= decorators - modules - {None}  # `@torch.no_grad()` changes no module
+            continue  # their bodies run when called, in a cell that calls them
+        if isinstance(node, ast.Call):
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                if _root_name(arg) not in modules:  # `dtype=torch.float32`, `torch.tensor(x)` change no module
+                    out.add(_root_name(arg) or "")
+            root = _root_name(node.func)
+            if isinstance(node.func, ast.Attribute) and root:
+                attr = node.func.attr
+                if root not in modules:
+                    out.add(root)
+                elif attr.startswith(("set_", "use_")) and root == _dotted(node.func.value):
+                    out.add(SETTINGS)  # `torch.set_default_dtype`; a seed only changes which numbers come next
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(not isinstance(t, ast.Name) and _root_name(t) in modules for t in targets):
+                out.add(SETTINGS)  # `torch.backends.cudnn.deterministic = True`, `plt.rcParams[k] = v`
+        stack.extend(ast.iter_child_nodes(node))
+    out.discard("")
+    return out
+
+
 class GuardedExecute(Execute):
     notebook_timeout = Integer(
         300, help="Seconds for the whole notebook; cells still to run after that are not run (and fail)."
@@ -36,8 +202,7 @@ class GuardedExecute(Execute):
         self._deadline = monotonic() + self.notebook_timeout
         self._cell_timeout = self.timeout
         self._stopped = None
-        graded = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and utils.is_grade(cell)]
-        self._last_graded = max(graded, default=-1)
+        self._runs = cells_to_run(nb.cells)
         try:
             return super().preprocess(nb, resources, km)
         finally:
@@ -46,15 +211,9 @@ class GuardedExecute(Execute):
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
             return cell, resources
-        if index > self._last_graded:
+        if index not in self._runs:
             cell.outputs = (
-                [
-                    NotebookNode(
-                        output_type="stream", name="stdout", text="(Not run when grading: no graded test follows.)\n"
-                    )
-                ]
-                if cell.source.strip()
-                else []
+                [NotebookNode(output_type="stream", name="stdout", text=NOT_RUN)] if cell.source.strip() else []
             )
             cell.execution_count = None
             return cell, resources

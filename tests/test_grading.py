@@ -708,8 +708,9 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "solved-2": "all",
     "zz_planter": "all",
     "zz_seeker": "all",
-    "zz_filler": None,  # its own memory limit may stop its kernel before its test: only the others are checked
-    "zz_forker": "all",
+    # their own limits (memory, processes) may fail their own test, which now runs after them: others are checked
+    "zz_filler": None,
+    "zz_forker": None,
     "harness_aware": {},
     "unusual_honest": "all",
     "unusual_honest_2": "all",
@@ -842,15 +843,15 @@ def test_solutions_get_full_marks(graded):
     )  # and the others are not judged
     assert all(r["judge"] in ("passed", "") for r in rows), rows
     assert {r["flags"] for r in rows} <= {"", "notes.txt ignored (not one of the course's notebooks)"}, rows
-    # The closing cells after the last test are not run (none can change a score); every test cell was
+    # Every test and exercise ran; the course's demonstrations no test needs did not, and say so (before the last
+    # test too: 01's look at the variance of a vector)
     autograded = read_json(graded["out"] / "course" / "autograded" / "solved" / LN / f"{LN}.ipynb")["cells"]
     code = [c for c in autograded if c["cell_type"] == "code"]
     last_test = max(i for i, c in enumerate(code) if c["metadata"].get("nbgrader", {}).get("grade"))
-    assert all(c["execution_count"] for c in code[: last_test + 1]), code[: last_test + 1]
-    assert len(code) > last_test + 1 and all(
-        c["execution_count"] is None and "Not run when grading" in "".join(c["outputs"][0]["text"])
-        for c in code[last_test + 1 :]
-    ), code[last_test + 1 :]
+    assert all(c["execution_count"] for c in code if "nbgrader" in c["metadata"]), code
+    left_out = [i for i, c in enumerate(code) if c["execution_count"] is None]
+    assert all("Not run when grading" in "".join(code[i]["outputs"][0]["text"]) for i in left_out), code
+    assert min(left_out) < last_test < max(left_out), left_out
     feedback = (graded["out"] / "feedback" / "solved" / f"{LN}.html").read_text()
     # Self-contained: formulas as MathML, nothing loaded from the network.
     assert "<math" in feedback and not re.search(r"<script[^>]*src=[\"']https?:", feedback)
@@ -918,6 +919,56 @@ def test_gradebook_holds_the_final_grades(graded):
 
 
 # ---------------------------------------------------------------------- fast unit tests
+def _skipped(*cells: tuple[str, str]) -> list[int]:
+    """The code cells nbgrader leaves out, of cells given as (kind, source): "given" (the course's own, as
+    released), "learner" (written or edited by the learner) or "test" (a graded test cell)."""
+    import nbformat
+
+    from instructor.nbconfig import GIVEN, cells_to_run
+
+    nodes = []
+    for kind, source in cells:
+        meta = {"given": {GIVEN: True}, "learner": {}, "test": {"nbgrader": {"grade": True, "grade_id": "t"}}}[kind]
+        nodes.append(nbformat.v4.new_code_cell(source, metadata=meta))
+    runs = cells_to_run(nodes)
+    return [i for i in range(len(nodes)) if i not in runs]
+
+
+def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs():
+    # a demonstration, and a cycle of two that only need each other: left out, as is everything after the last test
+    assert _skipped(
+        ("given", "import torch\nmodel = torch.nn.Linear(2, 2)"),
+        ("given", "x = torch.randn(3)\nprint(x.sum())"),
+        ("given", "def f():\n    return g_value\nf_value = 1"),
+        ("given", "def g():\n    return f_value\ng_value = 2"),
+        ("test", "check(model)"),
+        ("given", "model.eval()"),
+        ("learner", "print('after the last test')"),
+    ) == [1, 2, 3, 5, 6]
+    # the cells that may change what a later cell reads all run
+    assert _skipped(
+        ("given", "import torch\nmodel = torch.nn.Linear(2, 2)\nN = 3"),
+        ("given", "model.eval()"),  # a method called on it
+        ("given", "train(model, steps=N)"),  # an argument of a call
+        ("given", "torch.set_default_dtype(torch.float64)"),  # a module's setting
+        ("given", "torch.manual_seed(0)"),  # a seed: only which numbers come next
+        ("given", "cfg = {'n': 2}\ncfg['n'] = 4"),
+        ("test", "check(model, cfg)"),
+    ) == [4]
+    # a learner's function reads a global when it is called: the course's cell that binds it runs, wherever it is
+    assert _skipped(
+        ("learner", "def solution(x):\n    return x * SCALE"),
+        ("given", "SCALE = 2"),
+        ("given", "UNUSED = 3"),
+        ("test", "check(solution)"),
+    ) == [2]
+    # a magic or a dynamic read hides what is read: every cell before it runs
+    for hidden in ("%time y = helper()", "value = globals()['helper']()", "import sys\nsys.modules['__main__']"):
+        assert _skipped(("given", "helper = lambda: 1"), ("learner", hidden), ("test", "check()")) == []
+    # the learner's own cells always run; an edited course cell is the learner's
+    assert _skipped(("learner", "print('mine')"), ("test", "check()")) == []
+
+
 def test_a_cell_under_time_or_capture_defines_what_it_holds():
     from instructor.plan import ipython_to_python
 
