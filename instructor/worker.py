@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from instructor.offline_html import without_remote_scripts
+from instructor.offline_html import runs_nothing
 
 
 def _protocol_stream():
@@ -239,7 +239,7 @@ class Worker:
             result = self.api.generate_feedback(notebook, student, force=True)
             html = self._paths(student, notebook, "feedback") / f"{notebook}.html"
             if result.get("success") and html.exists():
-                html.write_text(without_remote_scripts(html.read_text(encoding="utf-8")), encoding="utf-8")
+                html.write_text(runs_nothing(html.read_text(encoding="utf-8")), encoding="utf-8")
                 reply["feedback"] = str(html)
             else:
                 reply["feedback_error"] = (result.get("log") or "")[-2000:]
