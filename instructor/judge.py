@@ -912,7 +912,8 @@ class Prepared:
     fed: bool = False
 
 
-REPLICA = 10_000  # a replica's name: "p<REPLICA + i>" (the same generator state), "p<2 * REPLICA + i>" (further on)
+REPLICA = 10_000  # a replica's name: "p<k * REPLICA + i>", k = 1 (the same generator state), 2 (further on), 3 (after
+# a first call)
 
 
 def _renamed(value, old: str, new: str):
@@ -929,36 +930,39 @@ def _renamed(value, old: str, new: str):
 def _replicas(course, probe: Probe, name: str, index: int, entry: dict, values, keywords, tensors, prepared) -> list:
     """A seeded probe (`same_seed_twice`) run again in a process of its own, where no state of the first run's is
     (the check that two calls from one generator state draw the same was made in the learner's process, where a
-    sampler that ignored the generator and kept its first result for a generator state passed it): once with the
-    same seed (the draws must be the same), and once with that seed's generator a few draws further on (they must
-    differ where the course's do: a sampler drawing from a seed of its own, or from `generator.initial_seed()`, which
-    the further generator shares, passed every other check)."""
+    sampler that ignored the generator and kept its first result for a generator state passed it): with the same
+    seed (the draws must be the same); with that seed's generator a few draws further on (they must differ where the
+    course's do: a sampler drawing from a seed of its own, or from `generator.initial_seed()`, which the further
+    generator shares, passed every other check); and with the same seed once a first call has drawn with it (they
+    must differ where the course's do: a sampler drawing from a copy of the generator's state passed the others)."""
     from instructor.probe_runner import seeded_generator
 
     at = next(j for j, spec in enumerate(entry["args"]) if "generator" in spec)
     seed = entry["args"][at]["generator"]
     further = 1 + secrets.randbelow(1000)
+    variants = ((1, "same", 0, "same_seed_twice"), (2, "further", further, "same_seed_twice"))
+    variants += ((3, "after", 0, "after_a_first_call"),)
     course_draws = []
-    for advance in (0, further):
+    for _, _, advance, script in variants:
         args = [seeded_generator(seed, advance) if j == at else _copy(v) for j, v in enumerate(values)]
         n_positional = len(args) - len(keywords)
         course_draws.append(
-            SCRIPTS["same_seed_twice"](
+            SCRIPTS[script](
                 getattr(course, probe.target), *args[:n_positional], **dict(zip(keywords, args[n_positional:]))
             )
         )
-    differ = not _same(course_draws[0], course_draws[1])
     out = []
-    for copy_at, advance in ((1, 0), (2, further)):
+    for (copy_at, kind, advance, script), draws in zip(variants, course_draws, strict=True):
         replica = f"p{copy_at * REPLICA + index}"
         again = _renamed(dict(entry, name=replica), name, replica)
         again["args"][at] = {"generator": seed, "advance": advance}
         again["replica"] = copy_at
+        again["script"] = script
         tensors.update(
             {replica + k[len(name) :]: t.clone() for k, t in list(tensors.items()) if k.startswith(f"{name}.")}
         )
         prepared.probes[replica] = probe
-        prepared.replicas[replica] = (name, copy_at == 1, differ)
+        prepared.replicas[replica] = (name, kind, not _same(course_draws[0], draws))
         out.append(again)
     return out
 
@@ -2188,20 +2192,26 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
     return result
 
 
-def _replicated(probe: Probe, got, first, same_seed: bool, course_differs: bool) -> str | None:
+def _replicated(probe: Probe, got, first, kind: str, course_differs: bool) -> str | None:
     """A seeded probe's replica, run in another process (`_replicas`), against the probe's own output."""
     if first is None:
         return None  # the probe itself failed, and says why
-    if same_seed and not _same(got, first):
+    if kind == "same" and not _same(got, first):
         return (
             f"{probe.target} drew differently in two processes from generators in the same state: draw with the "
             "`generator` given (torch.multinomial(..., generator=generator)), so that a seed reproduces a run"
         )
-    if not same_seed and course_differs and _same(got, first):
+    if kind == "further" and course_differs and _same(got, first):
         return (
             f"{probe.target} drew the same from a generator in another state (the same seed, a few draws further "
             "on): draw with the `generator` given, not a generator or seed of your own (nor one seeded from "
             "generator.initial_seed())"
+        )
+    if kind == "after" and course_differs and _same(got, first):
+        return (
+            f"{probe.target} drew the same again from a generator a first call had drawn with: draw with the "
+            "`generator` given, so that it moves on (not with a copy of its state, which leaves it where it was: "
+            "every step of a generation would draw the same numbers)"
         )
     return None
 

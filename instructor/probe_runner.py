@@ -1086,6 +1086,14 @@ def same_seed_twice(sample, *args, **kwargs):
     return first
 
 
+def after_a_first_call(sample, *args, **kwargs):
+    """`same_seed_twice`'s output from the generator given, once a first call has drawn with it: a call must leave
+    its generator further on, as drawing with it does (a sampler that drew from a copy of the generator's state left
+    it as it was, and drew the same numbers at every step of a generation)."""
+    sample(*args, **kwargs)
+    return same_seed_twice(sample, *args, **kwargs)
+
+
 # The key bias adds the same number to every score of a query, which softmax ignores: its gradient is 0 in exact
 # arithmetic and rounding noise in floats, which AdamW scales up to steps the size of the learning rate. So its
 # trained value tells nothing about a loop, and two right loops that round differently (a gradient clip written by
@@ -1412,6 +1420,7 @@ SCRIPTS = {
     "kv_steps": kv_steps,
     "cached_steps": cached_steps,
     "same_seed_twice": same_seed_twice,
+    "after_a_first_call": after_a_first_call,
     "padded_generate_steps": padded_generate_steps,
     "decode_once": decode_once,
     "padded_steps": padded_steps,

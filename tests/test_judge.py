@@ -2530,6 +2530,16 @@ SEEDED_FORGERIES = {  # samplers that do not draw with the generator given, and 
         ),
         "drew the same from a generator in another state",
     ),
+    # a copy of the given generator's state: reproducible, different in another state, and the given generator
+    # never moves on (every step of a generation draws the same numbers): red-team round 9, full marks in 07 and 08
+    "a copy of its state": (
+        (
+            "    mine = torch.Generator()\n"
+            "    mine.set_state(generator.get_state())\n"
+            "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=mine)[:, 0]\n"
+        ),
+        "drew the same again from a generator a first call had drawn with",
+    ),
 }
 
 
