@@ -1873,6 +1873,9 @@ KV_STEPS = {  # what each of kv_steps's and padded_steps's outputs is, for the m
     "at_once_after_cache": "the logits of several new tokens in one call after a cached one (one at a time they "
     "were right)",
     "fills_n_ctx": "the logits of a call that fills the context to n_ctx exactly",
+    "after_a_made_up_cache": "the logits of a call after a cache of random keys and values the judge made (right "
+    "after real caches, wrong here: the new tokens must attend to the cache given, not to a recompute of tokens "
+    "kept from earlier calls)",
 }
 
 

@@ -961,10 +961,37 @@ def build_module(name: str, target, spec: dict, tensors: dict):
     return module.eval()
 
 
+def _made_up(past, seed: int, length: int):
+    """A cache of `length` positions shaped as the model's own `past` (its containers, layout and dtypes: positions
+    on dimension 1, as the course's) with random keys and values drawn from `seed`: no tokens lead to it, so only a
+    model that reads the cache it is given gets a call after it right."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+
+    def like(t):
+        shape = (t.shape[0], length, *t.shape[2:])
+        return torch.randn(shape, generator=generator, dtype=torch.float32).to(t.dtype)
+
+    return type(past)(type(layer)(like(t) for t in layer) for layer in past)
+
+
+def _after_made_up(call):
+    """The logits of a call after a made-up cache, or no logits where it raised (a cache laid out otherwise than the
+    course's fails on the cached keys first, and says so)."""
+    import torch
+
+    try:
+        return _plain(call(), "the logits")
+    except Exception:  # noqa: BLE001 - compared as no logits: the message names the made-up cache
+        return torch.empty(0)
+
+
 def kv_steps(model, tokens, start: int, n_ctx: int) -> dict:
     """A KV-cached model run as generation runs it, and at the context's edge: `tokens[:, :start]` in one call, then
     each later token alone with the cache (every position's logits, "one_at_a_time"); the keys and values cached at
-    layer 0 after them; every token after the first in one call after the first is cached ("at_once_after_cache");
+    layer 0 after them; the last two tokens after a cache of random keys and values shaped as the model's
+    ("after_a_made_up_cache", `_made_up`: a model that recomputes from tokens it kept gets it wrong); every token after the first in one call after the first is cached ("at_once_after_cache");
     the context filled to `n_ctx` exactly ("fills_n_ctx") and whether one token more raised a ValueError naming
     n_ctx ("past_n_ctx_refused": 1 or 0)."""
     import torch
@@ -975,6 +1002,9 @@ def kv_steps(model, tokens, start: int, n_ctx: int) -> dict:
         logits, past = model(tokens[:, i : i + 1], past)
         outs.append(logits)
     out = {"one_at_a_time": torch.cat(outs, dim=1), "layer0_keys": past[0][0], "layer0_values": past[0][1]}
+    out["after_a_made_up_cache"] = _after_made_up(
+        lambda: model(tokens[:, -2:], _made_up(past, int(tokens.sum()), max(1, tokens.shape[1] - 2)))[0]
+    )
     _, first = model(tokens[:, :1])
     out["at_once_after_cache"] = model(tokens[:, 1:], first)[0]
     fill = tokens.repeat(1, n_ctx // tokens.shape[1] + 1)[:, : n_ctx - tokens.shape[1]]
@@ -1223,7 +1253,8 @@ def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int, n_ctx: i
     """A model that takes an attention mask, run as padded generation runs it: the prompts padded on the left with
     `pad` in one call, then each column of `new_tokens` with the cache and a mask one column longer ("padded_steps":
     the logits of every position, [batch longest+new d_vocab], the pads' set to 0: nothing reads them, and any
-    value is right); then the context's edge, as `kv_steps`: filled to `n_ctx` exactly ("fills_n_ctx"), and
+    value is right); one more column after a cache of random keys and values shaped as the model's
+    ("after_a_made_up_cache", `_made_up`); then the context's edge, as `kv_steps`: filled to `n_ctx` exactly ("fills_n_ctx"), and
     whether one token more raised a ValueError naming n_ctx ("past_n_ctx_refused")."""
     import torch
 
@@ -1240,6 +1271,9 @@ def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int, n_ctx: i
         logits, past = model(new_tokens[:, i : i + 1], mask.clone(), past)
         outs.append(_plain(logits, "the logits"))
     out = {"padded_steps": torch.cat(outs, dim=1)}
+    out["after_a_made_up_cache"] = _after_made_up(  # the mask's last column is the new token's
+        lambda: model(new_tokens[:, :1], mask.clone(), _made_up(past, int(new_tokens.sum()), mask.shape[1] - 1))[0]
+    )
     fill = new_tokens.repeat(1, n_ctx)[:, : n_ctx - mask.shape[1]]
     if fill.shape[1]:
         mask = torch.cat([mask, torch.ones_like(fill, dtype=torch.bool)], dim=1)
