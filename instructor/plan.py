@@ -41,7 +41,14 @@ def ipython_to_python(source: str) -> str:
         return f"_ = open({written.group(2).strip(chr(34) + chr(39))!r}, {mode!r}, encoding='utf-8').write({body!r})\n"
     from IPython.core.inputtransformer2 import TransformerManager
 
+    # `%run helper.py` defines what the file defines in the notebook's namespace: as an `exec`, which the plan keeps
+    source = re.sub(r"^%run\s+(?:-i\s+)?(['\"]?)([\w./-]+\.py)\1[ \t]*$", _run_as_exec, source, flags=re.MULTILINE)
     return TransformerManager().transform_cell(source)
+
+
+def _run_as_exec(match: re.Match) -> str:
+    path = match.group(2)
+    return f"exec(compile(open({path!r}, encoding='utf-8').read(), {path!r}, 'exec'), globals())"
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -59,14 +66,18 @@ def _is_name_target(target: ast.AST) -> bool:
 
 
 def _sets_own(stmt: ast.stmt, own: frozenset[str]) -> bool:
-    """`Cls.attr = value` or `setattr(Cls, "attr", value)` on a class or function the notebook defines: how a method
-    is added after its class (`Attention.forward = forward`), part of the definition, not an action."""
+    """`Cls.attr = value`, `setattr(Cls, "attr", value)` or `f.method(...)` on a class or function the notebook
+    defines: how a method is added after its class (`Attention.forward = forward`) or a case to a singledispatch
+    function (`f.register(...)`), part of the definition, not an action."""
     if isinstance(stmt, ast.Assign):
         return all(isinstance(t, ast.Attribute) and _root_name(t) in own for t in stmt.targets)
     call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        return False
+    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        return call.func.value.id in own  # `gelu_new.register(torch.Tensor, _on_tensors)`: a singledispatch's case
     return (
-        isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Name)
+        isinstance(call.func, ast.Name)
         and call.func.id == "setattr"
         and len(call.args) == 3
         and isinstance(call.args[0], ast.Name)
@@ -241,12 +252,15 @@ def _definitions_in(
     return kept
 
 
-def definitions_only(tree: ast.Module, own: frozenset[str] = frozenset()) -> tuple[ast.Module, list[str]]:
+def definitions_only(
+    tree: ast.Module, own: frozenset[str] = frozenset(), data: frozenset[str] = frozenset()
+) -> tuple[ast.Module, list[str]]:
     """`tree` with only imports, function/class definitions, assignments to plain names and attributes set on the
-    classes and functions named in `own` (the notebook's: a method added after its class), also inside an `if`, a
-    `try`, a `with` or a loop over a table the cell wrote; and what was dropped."""
+    classes and functions named in `own` (the notebook's: a method added after its class, a `register` call),
+    tables filled in (its own, or those named in `data`, which another of the learner's cells binds), also inside an
+    `if`, a `try`, a `with` or a loop over a table the cell wrote; and what was dropped."""
     dropped: list[ast.stmt] = []
-    kept = _definitions_in(tree.body, dropped, own)
+    kept = _definitions_in(tree.body, dropped, own, data)
     notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
     return ast.Module(body=kept, type_ignores=[]), notes
 
@@ -448,12 +462,17 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
     # --- steps in the instructor's order, learner cells slotted in
     steps = []
     own: set[str] = set()  # the classes and functions the learner's cells define
+    data: set[str] = set()  # the names they bind with a plain assignment, which any of their cells may fill in
     for cell in learner_nb["cells"]:
         if cell.get("cell_type") == "code":
             try:
-                own |= set(defined_names(ast.parse(ipython_to_python(cell_source(cell)))))
+                tree = ast.parse(ipython_to_python(cell_source(cell)))
             except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
-                pass
+                continue
+            own |= set(defined_names(tree))
+            for stmt in tree.body:
+                if isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets):
+                    data |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])
@@ -470,7 +489,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             tree = ast.parse(ipython_to_python(text))
             keep_all = ex is not None and solutions[ex]["top_level_code"]
             if not keep_all:
-                tree, step["dropped"] = definitions_only(tree, frozenset(own))
+                tree, step["dropped"] = definitions_only(tree, frozenset(own), frozenset(data))
             step["defines"] = defined_names(tree)
             step["code"] = ast.unparse(tree)
             binds, uses = binds_and_uses(tree, modules)

@@ -416,12 +416,52 @@ class PosEmbed(nn.Module):
         code_cell("%%writefile ln_helper.py\n\n\ndef centre(x):\n    return x - x.mean(dim=-1, keepdim=True)\n"),
     )
     out["unusual_honest_2"] = {LN: nb}
+    # ... a singledispatch function given its case by `register`, a table an added cell binds and the exercise fills
+    # in, and a helper module loaded with %run (red-team round 9: each lost the exercise's points in the judge)
+    nb = set_source(ln(), "layernorm", UNUSUAL_3)
+    for cell in (  # each put just before the exercise, so in this order
+        "%%writefile ln_ops.py\n\n\ndef centred(x):\n    return x - x.mean(-1, keepdim=True)\n",
+        "%run ln_ops.py",
+        "LN_TABLE = {}",
+    ):
+        nb["cells"].insert(index_of(nb, "layernorm"), code_cell(cell))
+    out["unusual_honest_3"] = {LN: nb}
     # ... a method added to its class in a later cell, with modules the static scan refused until it was retired
     nb = set_source(ln(), "layernorm", LATE_CLASS)
     out["late_method"] = {LN: insert_after(nb, "layernorm", LATE_METHOD)}
     return out
 
 
+UNUSUAL_3 = """import functools
+
+import torch
+from torch import nn
+
+
+@functools.singledispatch
+def variance(x):
+    raise TypeError(f"no variance for {type(x)}")
+
+
+def _variance_of_a_tensor(x):
+    return x.pow(LN_TABLE["power"]).mean(dim=-1, keepdim=True)
+
+
+variance.register(torch.Tensor, _variance_of_a_tensor)
+LN_TABLE["power"] = 2
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual):
+        centered = centred(residual)
+        return centered / (variance(centered) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+"""
 LATE_CLASS = WRONG_LAYERNORM.split("\n    def forward")[0] + "\n"  # the class with no forward of its own
 LATE_METHOD = """
 import inspect
@@ -714,6 +754,7 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "harness_aware": {},
     "unusual_honest": "all",
     "unusual_honest_2": "all",
+    "unusual_honest_3": "all",
     "late_method": "all",
 }
 TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
@@ -1346,6 +1387,9 @@ def test_unusual_honest_code_gets_full_marks(graded):
     # a %%writefile helper module, torch.testing.assert_close, torch.vmap
     rows = check_expected(graded, "unusual_honest_2")
     assert [r["grade_id"] for r in rows] == ["test_layernorm"] and not rows[0]["flags"], rows
+    # a singledispatch's `register`, a table bound in an added cell and filled in the exercise, `%run` of a helper
+    rows = check_expected(graded, "unusual_honest_3")
+    assert [r["grade_id"] for r in rows] == ["test_layernorm"] and rows[0]["judge"] == "passed", rows
 
 
 def test_colliding_folders_are_both_graded_and_flagged(graded):
