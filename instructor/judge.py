@@ -27,6 +27,7 @@ how they are compared; the most it can do is return wrong tensors, which fail.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -2014,6 +2015,28 @@ def _batch_rules(batches: list, rules: dict) -> str | None:
         return (
             f"trained on {windows} distinct windows of the {len(train)} in {len(rows)} rows (uniform draws give at "
             f"least {due}): draw every batch from all of train_windows (indices below len(train_windows))"
+        )
+    return _in_order(batches, rules["train"].tolist())
+
+
+def _in_order(batches: list, train: list) -> str | None:
+    """Batches that are runs of windows in order (`train_windows[offset : offset + batch_size]`, every k-th one),
+    whatever their start: the gaps between a batch's sorted window indices are mostly one value. Uniform draws
+    from 64 windows give no gap in more than about a fifth of the gaps, and 80% of 16 or more once in 10^10 runs."""
+    from collections import Counter
+
+    index = {tuple(row): i for i, row in enumerate(train)}
+    gaps = []
+    for batch in batches:
+        at = sorted(index[tuple(row)] for row in batch.tolist())
+        gaps += [b - a for a, b in itertools.pairwise(at) if b > a]
+    if len(gaps) < 16:
+        return None
+    gap, count = Counter(gaps).most_common(1)[0]
+    if count >= 0.8 * len(gaps):
+        return (
+            f"trained on runs of windows in order: {count} of the {len(gaps)} gaps between a batch's windows are "
+            f"{gap}. Draw each batch's windows at random (torch.randint over len(train_windows), seeded by args.seed)"
         )
     return None
 

@@ -1317,7 +1317,23 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
     ("test_train", "the windows in order"): (
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         "batch = train_windows[(step * args.batch_size + torch.arange(args.batch_size)) % len(train_windows)]",
-        "changing args.seed changed none of the batches",
+        "trained on runs of windows in order",
+    ),
+    ("test_train", "the windows in order from a seed's offset"): (  # red-team round 9: full marks
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        (
+            "batch = train_windows[(args.seed * 7 + step * args.batch_size + torch.arange(args.batch_size)) "
+            "% len(train_windows)]"
+        ),
+        "trained on runs of windows in order",
+    ),
+    ("test_train", "every third window from a seed's offset"): (
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        (
+            "batch = train_windows[(args.seed * 5 + 3 * (step * args.batch_size + torch.arange(args.batch_size))) "
+            "% len(train_windows)]"
+        ),
+        "trained on runs of windows in order",
     ),
     ("test_train_addition", "a counter's seed"): (
         "seed=args.seed + 1 + step)",
