@@ -453,6 +453,22 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("generate_eos", (0, 1, 2)),
             )
         ),
+        # and sampling: one new token for 4,000 copies of a prompt, at a temperature, against the distribution the
+        # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
+        _fn(
+            "test_generate",
+            "generate",
+            ("table_lm", None),
+            ("repeated", ("tokens", ("pos",))),
+            ("int", (1, 1)),
+            ("int", NEVER_EOS),
+            ("real", (0.7, 1.3)),
+            ("generator", None),
+            keywords=("eos_token_id", "temperature", "generator"),
+            compare="samples",
+            expect="generate_distribution",
+            script="last_new_tokens",
+        ),
         # a model whose context is 4 positions, past which it raises: the model sees the last n_ctx tokens
         _greedy_generate(("window_lm", None), ("tokens", ("batch", "pos")), (4, 8), ("int", NEVER_EOS)),
         # under a frequency penalty: the options reach the sampler with the whole sequence, the prompt's tokens
@@ -877,7 +893,15 @@ def _padded_generate_steps(course, model, prompts, new_tokens, eos, pad, n_ctx) 
     return padded_generate_steps(course.padded_generate, model, prompts, new_tokens, eos, pad, n_ctx)
 
 
+def _generate_distribution(course, model, tokens, max_new_tokens, eos_token_id, temperature, generator):
+    """What `generate`'s one new token must be drawn from, for a prompt repeated on every row: the model's logits
+    at the prompt's last position, at the temperature."""
+    logits = model(tokens[:1, -model.cfg.n_ctx :])[:, -1]
+    return course.apply_temperature(logits, temperature).softmax(dim=-1)[0]
+
+
 EXPECTATIONS = {
+    "generate_distribution": _generate_distribution,
     "cached_steps": _cached_steps,
     "sampling_orders": _sampling_orders,
     "train_batches": _train_batches,

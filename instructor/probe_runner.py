@@ -1116,6 +1116,12 @@ def same_seed_twice(sample, *args, **kwargs):
     return first
 
 
+def last_new_tokens(generate, *args, **kwargs):
+    """The last column of `generate`'s tokens (one new token per row), made twice from generators in the same state
+    (`same_seed_twice`): the draws the judge compares with the distribution they must come from."""
+    return _plain(same_seed_twice(generate, *args, **kwargs), "the tokens")[:, -1]
+
+
 def after_a_first_call(sample, *args, **kwargs):
     """`same_seed_twice`'s output from the generator given, once a first call has drawn with it: a call must leave
     its generator further on, as drawing with it does (a sampler that drew from a copy of the generator's state left
@@ -1455,6 +1461,7 @@ SCRIPTS = {
     "cached_steps": cached_steps,
     "same_seed_twice": same_seed_twice,
     "after_a_first_call": after_a_first_call,
+    "last_new_tokens": last_new_tokens,
     "padded_generate_steps": padded_generate_steps,
     "decode_once": decode_once,
     "padded_steps": padded_steps,

@@ -329,6 +329,14 @@ MISTAKES = [
         "did not raise a ValueError naming n_ctx",
     ),
     ("07_sampling_and_kv_cache", "test_kv_cache", *_head_first_cache(), "the keys cached at layer 0"),
+    (  # never samples: the argmax of the logits, whatever the options (red-team round 9: full marks; greedy probes
+        # cannot tell it from sampling with top_k=1)
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "next_token = sample_next_token(logits, tokens, **sampling)  # [batch]",
+        "next_token = logits.argmax(dim=-1)  # [batch]",
+        "the draws do not follow the course's distribution",
+    ),
     (  # a cache that caches nothing: the tokens seen so far kept on its tensor, the whole sequence recomputed
         # every call (red-team round 9: full marks, the course's check and the judge passed it)
         "07_sampling_and_kv_cache",
