@@ -1845,6 +1845,29 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
     allowed = batch / ids + math.sqrt(batch * math.log(1 / RANDOM_FAILURE) / 2)
     if repeats > allowed:
         return f"{repeats} of {batch} segments start with the same token twice (independent draws: about {batch / ids:.0f})"
+    # Independent uniform draws make the step from one token to the next (mod the number of values) uniform too;
+    # counting runs (1, 2, 3...) or periods that cycle row by row make it one value (red-team round 9).
+    pairs = [(int(body[r, j]), int(body[r, j + 1])) for r in range(batch) for j in range(int(periods[r]) - 1)]
+    why = _one_step(pairs, ids, "consecutive tokens of a segment")
+    if why is None and n_periods > 1:
+        rows = [(int(periods[r]), int(periods[r + 1])) for r in range(batch - 1)]
+        why = _one_step(rows, n_periods, "the periods of consecutive rows")
+    return why
+
+
+def _one_step(pairs: list[tuple[int, int]], k: int, what: str) -> str | None:
+    """Why pairs of draws from k values are not independent: their step (b - a mod k) takes one value far more
+    often than uniform steps make it, beyond Hoeffding's bound at RANDOM_FAILURE over the k values."""
+    from collections import Counter
+
+    if not pairs:
+        return None
+    step, count = Counter((b - a) % k for a, b in pairs).most_common(1)[0]
+    if count > len(pairs) / k + math.sqrt(len(pairs) * math.log(k / RANDOM_FAILURE) / 2):
+        return (
+            f"{count} of the {len(pairs)} steps between {what} are +{step} (mod {k}): they are not drawn "
+            f"independently (about {len(pairs) / k:.0f} would be); draw them with the generator given"
+        )
     return None
 
 

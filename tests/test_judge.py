@@ -329,6 +329,17 @@ MISTAKES = [
         "did not raise a ValueError naming n_ctx",
     ),
     ("07_sampling_and_kv_cache", "test_kv_cache", *_head_first_cache(), "the keys cached at layer 0"),
+    (  # segments that count up from a random start: periodic, every id and period possible, not random
+        # (red-team round 9: full marks)
+        "08_interpretability",
+        "test_repeated_segments",
+        "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)  # [batch max_period]",
+        (
+            "segments = (torch.randint(0, d_vocab - 1, (batch, 1), generator=generator) + torch.arange(max_period))"
+            " % (d_vocab - 1) + 1"
+        ),
+        "steps between consecutive tokens of a segment",
+    ),
     (  # never samples: the argmax of the logits, whatever the options (red-team round 9: full marks; greedy probes
         # cannot tell it from sampling with top_k=1)
         "07_sampling_and_kv_cache",
