@@ -794,7 +794,40 @@ def generate_test(generate) -> None:
     )
     if sampled.shape != (2, 7) or (sampled < 0).any() or (sampled >= d_vocab).any():
         fail(f"{name} with temperature 1 returned {sampled.tolist()}: expected 2 rows of 7 valid token ids.")
-    print(f"{name} passed: greedy rows stop at <|endoftext|> one by one, and match GPT2LMHeadModel.generate.")
+    _generate_samples(generate, name, model, eos)
+    print(
+        f"{name} passed: greedy rows stop at <|endoftext|> one by one, match GPT2LMHeadModel.generate, and sampled "
+        "tokens follow softmax(logits / temperature)."
+    )
+
+
+def _generate_samples(generate, name: str, model: ScriptedLM, eos: int, n: int = 2000) -> None:
+    """One new token for `n` copies of a one-token prompt at temperature 1: the counts must follow the model's
+    softmax (each within 6 standard deviations + 2 of its expectation: a right sampler fails about once in 10^8)."""
+    prompt = torch.full((n, 1), 2)  # token 2: most likely followed by 3 (p 0.89), then 5 (0.04), then the rest
+    g = torch.Generator().manual_seed(1)
+    out = as_tensor_output(
+        _kcall(generate, model, prompt.clone(), 1, eos_token_id=eos, temperature=1.0, generator=g, what=name), name
+    )
+    if out.shape != (n, 2):
+        fail(f"{name} with {n} one-token prompts and 1 new token returned shape {list(out.shape)}, expected [{n}, 2].")
+    probs = model.table[2].softmax(-1).double()
+    counts = torch.bincount(out[:, -1].long().clamp(0, len(probs) - 1), minlength=len(probs)).double()
+    mean, spread = n * probs, (n * probs * (1 - probs)).sqrt()
+    if not ((counts - mean).abs() > 6 * spread + 2).any():
+        return
+    top = int(probs.argmax())
+    if counts[top] == n:
+        fail(
+            f"{name} with temperature 1 gave all {n} rows the most likely token ({top}, probability "
+            f"{float(probs[top]):.2f}): it never sampled. Draw each new token with sample_next_token (temperature, "
+            "top-k, top-p, generator and all), not with argmax."
+        )
+    token = int(((counts - mean).abs() / spread).argmax())
+    fail(
+        f"{name} with temperature 1: token {token} came {int(counts[token])} times in {n} rows, about "
+        f"{float(mean[token]):.0f} expected from softmax(logits): pass the sampling options on to sample_next_token."
+    )
 
 
 @functools.cache

@@ -352,15 +352,15 @@ MISTAKES = [
         # every call (red-team round 9: full marks, the course's check and the judge passed it)
         "07_sampling_and_kv_cache",
         "test_kv_cache",
-        "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
+        ("        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
         "        new_kvs = []\n"
         "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
         "            attn_out, kv = block.attn(block.ln1(residual), past)\n"
         "            residual = residual + attn_out\n"
         "            residual = residual + block.mlp(block.ln2(residual))\n"
         "            new_kvs.append(kv)\n"
-        "        return self.unembed(self.ln_final(residual)), new_kvs\n",
-        "        seen = None if past_kvs is None else getattr(past_kvs[0][0], 'seen_tokens', None)\n"
+        "        return self.unembed(self.ln_final(residual)), new_kvs\n"),
+        ("        seen = None if past_kvs is None else getattr(past_kvs[0][0], 'seen_tokens', None)\n"
         "        everything = tokens if seen is None else torch.cat([seen, tokens], dim=1)\n"
         "        old = self.embed.W_E[everything[:, :offset]]\n"
         "        residual = torch.cat([old, self.embed(tokens)], dim=1) + self.pos_embed.W_pos[: offset + new]\n"
@@ -371,7 +371,7 @@ MISTAKES = [
         "            residual = residual + block.mlp(block.ln2(residual))\n"
         "            new_kvs.append(kv)\n"
         "        new_kvs[0][0].seen_tokens = everything\n"
-        "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n",
+        "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"),
         "a cache of random keys and values the judge made",
     ),
     (  # the right distribution, drawn without the generator it was given: a seed no longer reproduces a run

@@ -1274,6 +1274,8 @@ def generate_with(kind):
             window = tokens if kind == "nocrop" else tokens[:, -model.cfg.n_ctx :]
             logits = model(window)[:, -1]
             nxt = c07.sample_next_token(logits, tokens, **sampling)
+            if kind == "argmax":  # never samples (red-team round 9: full marks where only greedy runs were checked)
+                nxt = logits.argmax(dim=-1)
             if kind != "nopad":
                 nxt = torch.where(finished, torch.full_like(nxt, eos_token_id), nxt)
             tokens = torch.cat([tokens, nxt[:, None]], 1)
@@ -1292,6 +1294,7 @@ add(T, "", lambda: harness.generate_test(c07.generate))
 add(T, "no crop to n_ctx", generate_with("nocrop"), "n_ctx")
 add(T, "no padding after EOS", generate_with("nopad"), "eos", "pad")
 add(T, "stops when the first row finishes", generate_with("stop_first"), "every row", "row 0 finished", "first row")
+add(T, "never samples (argmax)", generate_with("argmax"), "never sampled", "argmax")
 
 
 def beam_with(kind):
