@@ -66,7 +66,7 @@ def _is_name_target(target: ast.AST) -> bool:
 
 
 def _sets_own(stmt: ast.stmt, own: frozenset[str]) -> bool:
-    """`Cls.attr = value`, `setattr(Cls, "attr", value)` or `f.method(...)` on a class or function the notebook
+    """`Cls.attr = value`, `setattr(Cls, "attr", value)` or `f.register(...)` on a class or function the notebook
     defines: how a method is added after its class (`Attention.forward = forward`) or a case to a singledispatch
     function (`f.register(...)`), part of the definition, not an action."""
     if isinstance(stmt, ast.Assign):
@@ -74,7 +74,7 @@ def _sets_own(stmt: ast.stmt, own: frozenset[str]) -> bool:
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if not isinstance(call, ast.Call):
         return False
-    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.attr == "register":
         return call.func.value.id in own  # `gelu_new.register(torch.Tensor, _on_tensors)`: a singledispatch's case
     return (
         isinstance(call.func, ast.Name)
