@@ -27,6 +27,10 @@ def test_the_policy_comes_first_in_the_head():
     )
     assert page.index("Content-Security-Policy") < page.index("charset") < page.index("<script")
     assert runs_nothing("<p>no head</p>").startswith('<meta http-equiv="Content-Security-Policy"')
+    # the template's MathJax loader goes from the head; the body is the learner's, shown as written (and inert)
+    loader = '<script src="https://cdnjs.cloudflare.com/mathjax.js"></script>'
+    page = runs_nothing(f"<html><head>{loader}</head><body>{loader}</body></html>")
+    assert page.count("mathjax.js") == 1 and page.index("mathjax.js") > page.index("<body>")
     assert "script-src" not in POLICY and "default-src 'none'" in POLICY  # scripts fall back to 'none'
 
 
