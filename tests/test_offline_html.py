@@ -25,7 +25,7 @@ def test_the_policy_comes_first_in_the_head():
     page = runs_nothing(
         '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8"/><script src="https://cdn/x.js"></script>'
     )
-    assert page.index("Content-Security-Policy") < page.index("charset") < page.index("<script")
+    assert page.index("Content-Security-Policy") < page.index("charset") and "<script" not in page
     assert runs_nothing("<p>no head</p>").startswith('<meta http-equiv="Content-Security-Policy"')
     # the template's MathJax loader goes from the head; the body is the learner's, shown as written (and inert)
     loader = '<script src="https://cdnjs.cloudflare.com/mathjax.js"></script>'
