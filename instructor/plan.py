@@ -470,9 +470,10 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
                 continue
             own |= set(defined_names(tree))
-            for stmt in tree.body:
-                if isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets):
-                    data |= {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            for stmt in tree.body:  # `C = {}`, `C: dict[str, float] = {}`
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and all(_is_name_target(t) for t in targets):
+                    data |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])

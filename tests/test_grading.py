@@ -422,7 +422,7 @@ class PosEmbed(nn.Module):
     for cell in (  # each put just before the exercise, so in this order
         "%%writefile ln_ops.py\n\n\ndef centred(x):\n    return x - x.mean(-1, keepdim=True)\n",
         "%run ln_ops.py",
-        "LN_TABLE = {}",
+        "LN_TABLE: dict[str, int] = {}",  # annotated, as the red-team's was
     ):
         nb["cells"].insert(index_of(nb, "layernorm"), code_cell(cell))
     out["unusual_honest_3"] = {LN: nb}
