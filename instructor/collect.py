@@ -22,8 +22,7 @@ import re
 import stat
 from pathlib import Path
 
-from instructor.course import cell_kind, cell_source, nbgrader_meta
-from instructor.nbconfig import GIVEN
+from instructor.course import GIVEN, cell_kind, cell_source, nbgrader_meta
 
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

@@ -54,6 +54,11 @@ def nbgrader_meta(cell: dict) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
+# Cell metadata the grader's normaliser sets on the course's own code cells, left as released: nbgrader's run may
+# leave out those no graded cell needs (`nbconfig.cells_to_run`)
+GIVEN = "course_given"
+
+
 def cell_kind(cell: dict) -> str:
     """ "markdown" (or raw), "solution" (an exercise), "test" (a graded test cell) or "given" (other code)."""
     if cell.get("cell_type") != "code":

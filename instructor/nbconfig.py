@@ -24,13 +24,14 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.preprocessors.execute import Execute
 from traitlets import Integer
 
+from instructor.course import GIVEN
+
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
 
 NOT_RUN = "(Not run when grading: no graded test needs this cell of the course.)\n"
-GIVEN = "course_given"  # cell metadata the grader's normaliser sets on the course's own cells, left as released
 _BUILTINS = frozenset(dir(builtins)) - {"__builtins__"}
 # A cell that reads one of these may read any name: every cell before it runs.
 _DYNAMIC = frozenset(
