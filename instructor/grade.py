@@ -154,7 +154,6 @@ class Item:
     status: str = "graded"
     probes: judge.Prepared | None = None  # the judge's request for the running probe job; expected outputs in it
     judged: dict | None = None  # grade_id -> the judge's verdict, once the probe job has ended
-    check_key: str | None = None  # the probe job's id, from when its probes are prepared until it is sent
 
     def zero_rows(self, solutions: Path, reason: str) -> None:
         """One row per graded test of its notebook, 0 points, with `reason`: a notebook that was not graded."""
@@ -740,10 +739,9 @@ class Grader:
                     busy += 1
             while server.ready and to_check and (busy < jobs or not to_grade and len(running_checks) < jobs):
                 item = to_check.popleft()
-                if item.check_key is None:
-                    check_id += 1
-                    self._prepare_probes(item, str(check_id))
-                key, item.check_key = item.check_key, None  # a check sent again gets fresh probes
+                check_id += 1
+                key = str(check_id)
+                self._prepare_probes(item, key)
                 running_checks[key] = item
                 folder = self.course / "judge" / item.student
                 try:
@@ -768,11 +766,6 @@ class Grader:
                     break
                 server.busy = None
                 busy += 1
-            # while the template starts, the judge's inputs of the first checks (seconds each for 06, 08, 09)
-            ahead = [it for it in list(to_check)[: 2 * jobs] if it.check_key is None]
-            if not server.ready and ahead:
-                check_id += 1
-                self._prepare_probes(ahead[0], str(check_id))
             # wait for replies
             for key, _ in selector.select(timeout=0.2):
                 proc = key.data
@@ -943,7 +936,7 @@ class Grader:
     def _prepare_probes(self, item: Item, key: str) -> None:
         """The judge's fresh probes for this job, in a folder of its own that the sandbox sees (the runtime
         folder, bound at the same path); the expected outputs stay in `item.probes`, in this process."""
-        item.probes, item.judged, item.check_key = None, None, key
+        item.probes, item.judged = None, None
         if item.notebook not in judge.PROBES:
             return
         root = os.path.join(os.path.dirname(self.runtime_dir()), "probes")
