@@ -20,7 +20,12 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
 _DISPLAY = re.compile(r"\$\$(.+?)\$\$", re.DOTALL)
 _INLINE = re.compile(r"(?<![\\$\w])\$(?=\S)([^$\n]+?)(?<=\S)\$(?![\w$])")
-POLICY = "default-src 'none'; style-src 'unsafe-inline' data:; img-src data:; font-src data:"
+POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline' data:; img-src data:; font-src data:; base-uri 'none'; "
+    "form-action 'none'"
+)
+# Tags no policy covers in a body (a `<meta http-equiv="refresh">` moves the page elsewhere): shown as text
+_BODY_TAGS = re.compile(r"<(?=(?:meta|base|link)\b)", re.IGNORECASE)
 _REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc=[\"']https?://[^>]*>\s*</script>", re.IGNORECASE)
 _MATHJAX_CONFIG = re.compile(r"<script type=\"text/x-mathjax-config\">.*?</script>", re.DOTALL | re.IGNORECASE)
 
@@ -60,7 +65,7 @@ def runs_nothing(html: str) -> str:
     end = html.find("</head>", head)
     end = len(html) if end < 0 else end
     template = _REMOTE_SCRIPT.sub("", _MATHJAX_CONFIG.sub("", html[head + 6 : end]))
-    return html[: head + 6] + meta + template + html[end:]
+    return html[: head + 6] + meta + template + _BODY_TAGS.sub("&lt;", html[end:])
 
 
 class MathAsMathML(NbGraderPreprocessor):

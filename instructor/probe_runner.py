@@ -970,10 +970,18 @@ def _made_up(past, seed: int, length: int):
     generator = torch.Generator().manual_seed(seed)
 
     def like(t):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2:
+            return t
         shape = (t.shape[0], length, *t.shape[2:])
         return torch.randn(shape, generator=generator, dtype=torch.float32).to(t.dtype)
 
-    return type(past)(type(layer)(like(t) for t in layer) for layer in past)
+    def rebuilt(container, items):
+        try:
+            return container(*items) if hasattr(container, "_fields") else container(items)  # a namedtuple's too
+        except TypeError:
+            return tuple(items)
+
+    return rebuilt(type(past), [rebuilt(type(layer), [like(t) for t in layer]) for layer in past])
 
 
 def _after_made_up(call):

@@ -1008,6 +1008,24 @@ def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs(
         assert _skipped(("given", "helper = lambda: 1"), ("learner", hidden), ("test", "check()")) == []
     # the learner's own cells always run; an edited course cell is the learner's
     assert _skipped(("learner", "print('mine')"), ("test", "check()")) == []
+    # a static review's cases: a function reads a global when it is called, after another cell bound it again;
+    # changes through an alias or an optimiser; a walrus; a file written; names read or bound dynamically in a body
+    assert _skipped(("learner", "X = 1\ndef f():\n    return X"), ("given", "X = 2"), ("test", "check(f)")) == []
+    for given in (
+        ("w = model.weight", "w.data.zero_()"),
+        ("opt = torch.optim.SGD(model.parameters(), lr=1.0)", "model(x).sum().backward()\nopt.step()"),
+        ("layers = [model]", "for layer in layers:\n    layer.eval()"),
+        ("print(n := 5)",),
+        ("torch.save(model, 'm.pt')",),
+        ("open('data.txt', 'w').write('1')",),
+    ):
+        cells = [("learner", "import torch\nmodel = torch.nn.Linear(2, 2)\nx = torch.ones(2)\nn = 0")]
+        cells += [("given", g) for g in given] + [("test", "check(model, n)")]
+        assert _skipped(*cells) == [], given
+    for body in ("return globals()['late']", "global late\n    late = 1\n    return late"):
+        assert _skipped(("learner", f"def f():\n    {body}"), ("given", "late = 2"), ("test", "check(f)")) == []
+    # a cell too deep for the analysis leaves nothing out
+    assert _skipped(("given", "unused = 1"), ("learner", "x = " + "1 + " * 600 + "1"), ("test", "check()")) == []
 
 
 def test_a_cell_under_time_or_capture_defines_what_it_holds():
