@@ -432,7 +432,9 @@ class PosEmbed(nn.Module):
     return out
 
 
-UNUSUAL_3 = """import functools
+LATE_CLASS = WRONG_LAYERNORM.split("\n    def forward")[0] + "\n"  # the class with no forward of its own
+UNUSUAL_3 = (
+    """import functools
 
 import torch
 from torch import nn
@@ -449,20 +451,14 @@ def _variance_of_a_tensor(x):
 
 variance.register(torch.Tensor, _variance_of_a_tensor)
 LN_TABLE["power"] = 2
-
-
-class LayerNorm(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.w = nn.Parameter(torch.ones(cfg.d_model))
-        self.b = nn.Parameter(torch.zeros(cfg.d_model))
-
+"""
+    + LATE_CLASS
+    + """
     def forward(self, residual):
         centered = centred(residual)
         return centered / (variance(centered) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
 """
-LATE_CLASS = WRONG_LAYERNORM.split("\n    def forward")[0] + "\n"  # the class with no forward of its own
+)
 LATE_METHOD = """
 import inspect
 import sys
