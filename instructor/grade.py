@@ -741,9 +741,9 @@ class Grader:
                 item = to_check.popleft()
                 check_id += 1
                 key = str(check_id)
-                self._prepare_probes(item, key)
                 running_checks[key] = item
                 folder = self.course / "judge" / item.student
+                self._prepare_probes(item, key)
                 try:
                     server.send(
                         {

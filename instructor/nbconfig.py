@@ -2,9 +2,8 @@
 
 - `GuardedExecute`: nbgrader's `Execute` with a time budget for the whole notebook on top of the per-cell timeout,
   and a kernel that dies (out of memory, a crash) ending the run instead of failing the notebook: the cells that
-  ran keep their outputs, the others get an error, so a submission is scored for what ran. Code cells after the
-  last graded cell are not run: cells run in order, so none of them can change a score, and the notebooks' closing
-  demonstrations (09's runs after its last test, 06's addition model) were a fifth of a submission's time.
+  ran keep their outputs, the others get an error, so a submission is scored for what ran. The course's own
+  demonstrations that no graded cell needs are not run (`cells_to_run`): they were most of a submission's time.
 - `HarmlessStderr`: nbgrader takes any stderr output in a graded test cell as a failure. The course's checks
   raise an exception when they fail and print only to stdout, so stderr there is a warning (a
   DeprecationWarning, a tqdm bar) and must not cost points: it is moved to stdout. An exception still fails.
@@ -35,19 +34,7 @@ NOT_RUN = "(Not run when grading: no graded test needs this cell of the course.)
 _BUILTINS = frozenset(dir(builtins)) - {"__builtins__"}
 # A cell that reads one of these may read any name: every cell before it runs.
 _DYNAMIC = frozenset(
-    {
-        "exec",
-        "eval",
-        "globals",
-        "locals",
-        "vars",
-        "__import__",
-        "get_ipython",
-        "sys",
-        "inspect",
-        "builtins",
-        "importlib",
-    }
+    "exec eval globals locals vars __import__ get_ipython sys inspect builtins importlib __main__ __builtins__".split()  # noqa: SIM905
 )
 
 
@@ -228,13 +215,6 @@ def _dynamic(tree: ast.Module) -> str | None:
     return found
 
 
-def _dotted(node: ast.AST) -> str | None:
-    """`torch.backends` -> "torch" (a plain module path), None for anything else (`torch.Generator()`)."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
 def _reads(tree: ast.Module) -> tuple[set[str], set[str]]:
     """Global names a cell reads before it binds them itself (`fig, ax = plt.subplots()` then `ax.plot(...)` does
     not read an earlier cell's `ax`), and every global name its functions and classes read (when they are called,
@@ -271,127 +251,18 @@ def _whole(target: ast.AST, name: ast.Name) -> bool:
 SETTINGS = "<a module's settings>"  # changed: seen by code everywhere (the checks' too), so the cell always runs
 # Methods that only read what they are called on (tensors', containers', strings', plots' getters): the rest may
 # change it (`zero_()`, `append`, `load_state_dict`, `register_forward_hook`, `step`).
-_READS_ONLY = frozenset(
-    [
-        "item",
-        "tolist",
-        "numpy",
-        "mean",
-        "sum",
-        "prod",
-        "softmax",
-        "log_softmax",
-        "argmax",
-        "argmin",
-        "max",
-        "min",
-        "std",
-        "var",
-        "norm",
-        "abs",
-        "exp",
-        "log",
-        "sqrt",
-        "clone",
-        "detach",
-        "cpu",
-        "float",
-        "double",
-        "long",
-        "int",
-        "bool",
-        "half",
-        "to",
-        "view",
-        "reshape",
-        "flatten",
-        "unsqueeze",
-        "squeeze",
-        "permute",
-        "transpose",
-        "t",
-        "contiguous",
-        "topk",
-        "sort",
-        "argsort",
-        "gather",
-        "index_select",
-        "masked_fill",
-        "where",
-        "eq",
-        "ne",
-        "lt",
-        "gt",
-        "le",
-        "ge",
-        "all",
-        "any",
-        "cumsum",
-        "split",
-        "chunk",
-        "expand",
-        "expand_as",
-        "repeat",
-        "flip",
-        "roll",
-        "size",
-        "dim",
-        "numel",
-        "nonzero",
-        "unique",
-        "count",
-        "index",
-        "get",
-        "keys",
-        "values",
-        "items",
-        "format",
-        "join",
-        "startswith",
-        "endswith",
-        "strip",
-        "lower",
-        "upper",
-        "copy",
-        "parameters",
-        "named_parameters",
-        "state_dict",
-        "buffers",
-        "named_modules",
-        "modules",
-        "children",
-        "to_tokens",
-        "to_string",
-        "to_str_tokens",
-        "run_with_cache",
-        "isclose",
-        "allclose",
-        "equal",
-    ]
+_READS_ONLY = frozenset(  # not `to`, `float`, `cpu`, `sort`: a module's and a list's change what they are called on
+    "item tolist numpy mean sum prod softmax log_softmax argmax argmin max min std var norm abs exp log sqrt clone "  # noqa: SIM905
+    "detach view reshape flatten unsqueeze squeeze permute transpose t contiguous topk argsort gather index_select "
+    "masked_fill where eq ne lt gt le ge all any cumsum split chunk expand expand_as repeat flip roll size dim numel "
+    "nonzero unique count index get keys values items format join startswith endswith strip lower upper copy "
+    "parameters named_parameters state_dict buffers named_modules modules children to_tokens to_string "
+    "to_str_tokens run_with_cache isclose allclose equal".split()
 )
 # Module functions that write files or change the process or a library's global state, and methods that write
 _PROCESS = frozenset(
-    [
-        "save",
-        "chdir",
-        "putenv",
-        "unsetenv",
-        "remove",
-        "unlink",
-        "rename",
-        "replace",
-        "makedirs",
-        "mkdir",
-        "rmdir",
-        "rmtree",
-        "copy",
-        "copyfile",
-        "move",
-        "filterwarnings",
-        "simplefilter",
-        "basicConfig",
-        "system",
-    ]
+    "save chdir putenv unsetenv remove unlink rename replace makedirs mkdir rmdir rmtree copy copyfile move "  # noqa: SIM905
+    "filterwarnings simplefilter basicConfig system".split()
 )
 _WRITES = frozenset("write write_text write_bytes writelines touch mkdir unlink rmdir".split())  # noqa: SIM905
 

@@ -462,7 +462,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
     # --- steps in the instructor's order, learner cells slotted in
     steps = []
     own: set[str] = set()  # the classes and functions the learner's cells define
-    data: set[str] = set()  # the names they bind with a plain assignment, which any of their cells may fill in
+    data: set[str] = set()  # the names they bind to a literal table (`C = {}`), which any of their cells may fill in
     for cell in learner_nb["cells"]:
         if cell.get("cell_type") == "code":
             try:
@@ -470,9 +470,10 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
                 continue
             own |= set(defined_names(tree))
-            for stmt in tree.body:  # `C = {}`, `C: dict[str, float] = {}`
+            for stmt in tree.body:  # `C = {}`, `C: dict[str, float] = {}`; not `h = train(...)`, whose fills act
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and all(_is_name_target(t) for t in targets):
+                table = isinstance(getattr(stmt, "value", None), (ast.Dict, ast.List, ast.Set, ast.Tuple))
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and table and all(map(_is_name_target, targets)):
                     data |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
     def learner_step(learner_index: int, ex: str | None):

@@ -999,8 +999,9 @@ def kv_steps(model, tokens, start: int, n_ctx: int) -> dict:
     """A KV-cached model run as generation runs it, and at the context's edge: `tokens[:, :start]` in one call, then
     each later token alone with the cache (every position's logits, "one_at_a_time"); the keys and values cached at
     layer 0 after them; the last two tokens after a cache of random keys and values shaped as the model's
-    ("after_a_made_up_cache", `_made_up`: a model that recomputes from tokens it kept gets it wrong); every token after the first in one call after the first is cached ("at_once_after_cache");
-    the context filled to `n_ctx` exactly ("fills_n_ctx") and whether one token more raised a ValueError naming
+    ("after_a_made_up_cache", `_made_up`: a model that recomputes from tokens it kept gets it wrong); every token
+    after the first in one call after the first is cached ("at_once_after_cache"); the context filled to `n_ctx`
+    exactly ("fills_n_ctx") and whether one token more raised a ValueError naming
     n_ctx ("past_n_ctx_refused": 1 or 0)."""
     import torch
 
@@ -1268,8 +1269,8 @@ def padded_steps(model, prompts: list[list[int]], new_tokens, pad: int, n_ctx: i
     `pad` in one call, then each column of `new_tokens` with the cache and a mask one column longer ("padded_steps":
     the logits of every position, [batch longest+new d_vocab], the pads' set to 0: nothing reads them, and any
     value is right); one more column after a cache of random keys and values shaped as the model's
-    ("after_a_made_up_cache", `_made_up`); then the context's edge, as `kv_steps`: filled to `n_ctx` exactly ("fills_n_ctx"), and
-    whether one token more raised a ValueError naming n_ctx ("past_n_ctx_refused")."""
+    ("after_a_made_up_cache", `_made_up`); then the context's edge, as `kv_steps`: filled to `n_ctx` exactly
+    ("fills_n_ctx"), and whether one token more raised a ValueError naming n_ctx ("past_n_ctx_refused")."""
     import torch
 
     longest = max(len(prompt) for prompt in prompts)

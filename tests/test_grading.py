@@ -1012,13 +1012,19 @@ def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs(
         ("opt = torch.optim.SGD(model.parameters(), lr=1.0)", "model(x).sum().backward()\nopt.step()"),
         ("layers = [model]", "for layer in layers:\n    layer.eval()"),
         ("print(n := 5)",),
+        ("model.double()",),  # a module's `double` and `to` change it in place, a tensor's do not: counted
+        ("layers = [model]\nlayers.sort(key=id)\nlayers[0].train(False)",),
         ("torch.save(model, 'm.pt')",),
         ("open('data.txt', 'w').write('1')",),
     ):
         cells = [("learner", "import torch\nmodel = torch.nn.Linear(2, 2)\nx = torch.ones(2)\nn = 0")]
         cells += [("given", g) for g in given] + [("test", "check(model, n)")]
         assert _skipped(*cells) == [], given
-    for body in ("return globals()['late']", "global late\n    late = 1\n    return late"):
+    for body in (
+        "return globals()['late']",
+        "global late\n    late = 1\n    return late",
+        "import __main__\n    return __main__.late",
+    ):
         assert _skipped(("learner", f"def f():\n    {body}"), ("given", "late = 2"), ("test", "check(f)")) == []
     # a cell too deep for the analysis leaves nothing out
     assert _skipped(("given", "unused = 1"), ("learner", "x = " + "1 + " * 600 + "1"), ("test", "check()")) == []

@@ -340,6 +340,16 @@ MISTAKES = [
         ),
         "steps between consecutive tokens of a segment",
     ),
+    (  # a sibling: periods that cycle row by row from a random start (every period appears, rows differ)
+        "08_interpretability",
+        "test_repeated_segments",
+        "periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)  # [batch]",
+        (
+            "periods = min_period + (torch.arange(batch) + torch.randint(0, 99, (1,), generator=generator)) "
+            "% (max_period - min_period + 1)  # [batch]"
+        ),
+        "the periods of consecutive rows",
+    ),
     (  # never samples: the argmax of the logits, whatever the options (red-team round 9: full marks; greedy probes
         # cannot tell it from sampling with top_k=1)
         "07_sampling_and_kv_cache",
@@ -372,6 +382,32 @@ MISTAKES = [
         "            new_kvs.append(kv)\n"
         "        new_kvs[0][0].seen_tokens = everything\n"
         "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"),
+        "a cache of random keys and values the judge made",
+    ),
+    (  # a sibling: the tokens kept on the model itself, not on the cache, and the whole sequence recomputed
+        "07_sampling_and_kv_cache",
+        "test_kv_cache",
+        (
+            "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
+            "        new_kvs = []\n"
+            "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
+            "            attn_out, kv = block.attn(block.ln1(residual), past)\n"
+            "            residual = residual + attn_out\n"
+            "            residual = residual + block.mlp(block.ln2(residual))\n"
+            "            new_kvs.append(kv)\n"
+            "        return self.unembed(self.ln_final(residual)), new_kvs\n"
+        ),
+        (
+            "        self._seen = tokens if past_kvs is None else torch.cat([self._seen, tokens], dim=1)\n"
+            "        residual = self.embed(self._seen) + self.pos_embed.W_pos[: offset + new]\n"
+            "        new_kvs = []\n"
+            "        for block in self.blocks:\n"
+            "            attn_out, kv = block.attn(block.ln1(residual), None)\n"
+            "            residual = residual + attn_out\n"
+            "            residual = residual + block.mlp(block.ln2(residual))\n"
+            "            new_kvs.append(kv)\n"
+            "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"
+        ),
         "a cache of random keys and values the judge made",
     ),
     (  # the right distribution, drawn without the generator it was given: a seed no longer reproduces a run
