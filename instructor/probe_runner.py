@@ -94,6 +94,8 @@ def _fed(fd: int, read=os.read, limit: int = _FEED_LIMIT) -> bytes:
 
 _CALL_LIMIT = 1 << 20  # one model call's tensors: a few kB for the course's stand-ins
 _CALLS = 20_000  # the model calls a job's feeder answers (the course's decoders make a few dozen)
+
+
 def _served_call(model, op: str, specs, raw: bytes):
     """One call of a served stand-in model, its tensors read from the child's bytes: only the ops and dtypes the
     stand-in's `served_ops` allows, of at most 4 dimensions of 4,096 each, filling `raw` exactly."""
@@ -111,7 +113,9 @@ def _served_call(model, op: str, specs, raw: bytes):
         size = kind.itemsize * int(torch.Size(shape).numel())
         if offset + size > len(raw):
             raise ValueError("fewer bytes than the shapes say")
-        flat = torch.frombuffer(bytearray(raw[offset : offset + size]), dtype=kind) if size else torch.empty(0, dtype=kind)
+        flat = (
+            torch.frombuffer(bytearray(raw[offset : offset + size]), dtype=kind) if size else torch.empty(0, dtype=kind)
+        )
         tensors.append(flat.reshape(shape))
         offset += size
     if offset != len(raw):
@@ -1803,6 +1807,20 @@ def refuse_native_routes() -> None:
             raise Refused(f"the judge refuses {event}: nothing may call native code past the dispatcher here")
 
     sys.addaudithook(hook)
+
+
+def compile_eagerly() -> None:
+    """`torch.compile` and `nn.Module.compile` run the learner's code as written, eagerly (before any learner code
+    runs). Its compilers are out of every probe child, with the decompositions they hold, so a compiled exercise
+    failed there (honest code, 0 points); a compiler promises the eager result, which is what the judge compares."""
+    import torch
+
+    def compile(model=None, **options):
+        return model if model is not None else (lambda model: model)
+
+    torch.compile = compile
+    torch.compiler.compile = compile
+    torch.nn.Module.compile = lambda self, *args, **kwargs: None
 
 
 def _dispatch_tools():

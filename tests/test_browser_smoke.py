@@ -125,7 +125,9 @@ def _wait_for(driver, script: str, timeout: float, what: str):
 def test_learner_notebook_in_a_real_browser(lab, browser):
     url, _ = lab
     browser.get(f"{url}/lab/tree/01_layernorm.ipynb")
-    _wait_for(browser, "return window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')", 90, "the notebook")
+    _wait_for(
+        browser, "return window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')", 90, "the notebook"
+    )
     _wait_for(
         browser,
         "return window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle';",

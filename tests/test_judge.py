@@ -362,26 +362,30 @@ MISTAKES = [
         # every call (red-team round 9: full marks, the course's check and the judge passed it)
         "07_sampling_and_kv_cache",
         "test_kv_cache",
-        ("        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
-        "        new_kvs = []\n"
-        "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
-        "            attn_out, kv = block.attn(block.ln1(residual), past)\n"
-        "            residual = residual + attn_out\n"
-        "            residual = residual + block.mlp(block.ln2(residual))\n"
-        "            new_kvs.append(kv)\n"
-        "        return self.unembed(self.ln_final(residual)), new_kvs\n"),
-        ("        seen = None if past_kvs is None else getattr(past_kvs[0][0], 'seen_tokens', None)\n"
-        "        everything = tokens if seen is None else torch.cat([seen, tokens], dim=1)\n"
-        "        old = self.embed.W_E[everything[:, :offset]]\n"
-        "        residual = torch.cat([old, self.embed(tokens)], dim=1) + self.pos_embed.W_pos[: offset + new]\n"
-        "        new_kvs = []\n"
-        "        for block in self.blocks:\n"
-        "            attn_out, kv = block.attn(block.ln1(residual), None)\n"
-        "            residual = residual + attn_out\n"
-        "            residual = residual + block.mlp(block.ln2(residual))\n"
-        "            new_kvs.append(kv)\n"
-        "        new_kvs[0][0].seen_tokens = everything\n"
-        "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"),
+        (
+            "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
+            "        new_kvs = []\n"
+            "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
+            "            attn_out, kv = block.attn(block.ln1(residual), past)\n"
+            "            residual = residual + attn_out\n"
+            "            residual = residual + block.mlp(block.ln2(residual))\n"
+            "            new_kvs.append(kv)\n"
+            "        return self.unembed(self.ln_final(residual)), new_kvs\n"
+        ),
+        (
+            "        seen = None if past_kvs is None else getattr(past_kvs[0][0], 'seen_tokens', None)\n"
+            "        everything = tokens if seen is None else torch.cat([seen, tokens], dim=1)\n"
+            "        old = self.embed.W_E[everything[:, :offset]]\n"
+            "        residual = torch.cat([old, self.embed(tokens)], dim=1) + self.pos_embed.W_pos[: offset + new]\n"
+            "        new_kvs = []\n"
+            "        for block in self.blocks:\n"
+            "            attn_out, kv = block.attn(block.ln1(residual), None)\n"
+            "            residual = residual + attn_out\n"
+            "            residual = residual + block.mlp(block.ln2(residual))\n"
+            "            new_kvs.append(kv)\n"
+            "        new_kvs[0][0].seen_tokens = everything\n"
+            "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"
+        ),
         "a cache of random keys and values the judge made",
     ),
     (  # a sibling: the tokens kept on the model itself, not on the cache, and the whole sequence recomputed
@@ -2198,6 +2202,51 @@ def test_a_file_left_by_one_phase_is_gone_in_the_next(code, tmp_path):
     assert not list(scratch.iterdir())  # and nothing is left behind
 
 
+# The probe child as the sandbox runs it (`template.run_probe_plan`: phases, operators out, then the definitions) on
+# one learner cell of 01's.
+LN_PLAN = """
+import json, sys
+from pathlib import Path
+from instructor import judge
+from instructor.probe_runner import load_request, prepare_output
+from instructor.template import run_probe_plan
+prepared = judge.prepare("01_layernorm", Path(sys.argv[1]))
+request = load_request(str(prepared.folder))
+prepare_output(str(prepared.folder), None)
+step = {"kind": "learner", "code": sys.argv[2], "filename": "<learner 01_layernorm cell 7>", "uses": [], "binds": []}
+run_probe_plan({"steps": [step]}, 30, 240, request)
+print(json.dumps(judge.verdicts(prepared)["test_layernorm"]))
+"""
+
+
+@pytest.mark.parametrize(
+    "compiled",
+    [
+        ("    def forward(self, residual):", "    @torch.compile\n    def forward(self, residual):"),
+        (
+            "    def forward(self, residual):",
+            "    @torch.compile(dynamic=True, mode='max-autotune')\n    def forward(self, residual):",
+        ),
+        ("        self.cfg = cfg\n", "        self.cfg = cfg\n        self.compile()\n"),
+        ("class LayerNorm(nn.Module):", "from torch import compile as jit\n\n\nclass LayerNorm(nn.Module):"),
+    ],
+    ids=["@torch.compile", "with options", "Module.compile", "imported"],
+)
+def test_a_compiled_exercise_runs_eagerly_in_the_judges_child(compiled, tmp_path):
+    """torch's compilers are out of the probe child (with the decompositions they hold): a compiled exercise, honest
+    code, scored 0 there. The child runs it as written instead, which is the result a compiler promises."""
+    code = PRELUDE + RIGHT_LN.replace(*compiled)
+    if "as jit" in code:
+        code = code.replace("    def forward(self, residual):", "    @jit\n    def forward(self, residual):")
+    assert code != PRELUDE + RIGHT_LN
+    verdict = json.loads(child_says(LN_PLAN, str(tmp_path / "job"), code))
+    assert verdict["passed"], verdict
+    wrong = PRELUDE + NO_NORMALISATION.replace(
+        "    def forward(self, residual):", "    @torch.compile\n    def forward(self, residual):"
+    )
+    assert not json.loads(child_says(LN_PLAN, str(tmp_path / "job2"), wrong))["passed"]  # still judged
+
+
 def test_a_table_made_before_an_operator_is_taken_out_fails(tmp_path):
     verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), GELU_TABLE))
     assert not verdicts["test_gelu_new"]["passed"], verdicts
@@ -2761,7 +2810,9 @@ REENCODING = {  # a decoder that runs the whole model (the encoder again) at eve
 @pytest.mark.parametrize("forgery", sorted(REENCODING))
 def test_a_decoder_that_re_encodes_fails_whatever_it_does_to_the_counter(forgery, tmp_path):
     step = "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n"
-    namespace = course_with("09_encoder_decoder", step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)"))
+    namespace = course_with(
+        "09_encoder_decoder", step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)")
+    )
     honest = namespace["greedy_decode"]
 
     def greedy_decode(model, src, max_len):
@@ -2884,7 +2935,9 @@ def test_no_report_from_the_feeder_fails_the_probes_it_served(tmp_path):
     decoder that re-encoded every step; with no counts written, the judge took the child's own counter. The runner
     now writes that the feeder gave no report, and the probes it served fail; a call shaped so is refused."""
     step = "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n"
-    namespace = course_with("09_encoder_decoder", step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)"))
+    namespace = course_with(
+        "09_encoder_decoder", step, step.replace("model.decode(tgt, memory, src)", "model(src, tgt)")
+    )
     honest = namespace["greedy_decode"]
 
     def greedy_decode(model, src, max_len):
@@ -2907,7 +2960,10 @@ def test_no_report_from_the_feeder_fails_the_probes_it_served(tmp_path):
 
 STAND_IN_CALLS = {  # honest decoders written otherwise, which the judge's stand-ins must take as the course's classes
     "Optional[EncoderDecoder], checked at run time": [
-        ("def greedy_decode(model: EncoderDecoder,", "def greedy_decode(model: __import__('typing').Optional[EncoderDecoder],"),
+        (
+            "def greedy_decode(model: EncoderDecoder,",
+            "def greedy_decode(model: __import__('typing').Optional[EncoderDecoder],",
+        ),
         ("@torch.no_grad()\ndef greedy_decode(", "@torch.no_grad()\n" + TYPE_CHECKED + "def greedy_decode("),
     ],
     "keyword arguments, as the course names them": [

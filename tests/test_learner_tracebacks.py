@@ -82,11 +82,14 @@ def test_unfinished_exercise_is_named_in_a_few_lines(unfinished_output):
 
 
 def test_learner_exception_shows_the_learners_frame_not_the_harness():
-    exercise = LAYER_NORM_INIT + """
+    exercise = (
+        LAYER_NORM_INIT
+        + """
     def forward(self, residual):
         centred = residual - residual.mean(-1, keepdim=True)
         return centred / self.not_an_attribute
 """
+    )
     out = _run_cells(PREAMBLE, exercise, "rand_float_test(LayerNorm, [2, 5, 768])")
     assert "LayerNorm.forward raised AttributeError" in out, out
     assert "centred / self.not_an_attribute" in out, out  # the learner's own line is shown
@@ -94,11 +97,14 @@ def test_learner_exception_shows_the_learners_frame_not_the_harness():
 
 
 def test_plain_wrong_answer_shows_only_the_message():
-    exercise = LAYER_NORM_INIT + """
+    exercise = (
+        LAYER_NORM_INIT
+        + """
     def forward(self, residual):
         centred = residual - residual.mean(-1, keepdim=True)
         return centred / (centred.var(-1, keepdim=True, unbiased=True) + 1e-5).sqrt() * self.w + self.b
 """
+    )
     out = _run_cells(PREAMBLE, exercise, "rand_float_test(LayerNorm, [2, 5, 768])")
     assert "CheckFailed" in out and "unbiased" in out, out
     assert "harness/" not in out, out

@@ -31,7 +31,9 @@ def test_the_policy_comes_first_in_the_head():
     loader = '<script src="https://cdnjs.cloudflare.com/mathjax.js"></script>'
     page = runs_nothing(f"<html><head>{loader}</head><body>{loader}</body></html>")
     assert page.count("mathjax.js") == 1 and page.index("mathjax.js") > page.index("<body>")
-    page = runs_nothing('<html><head><meta charset="utf-8"></head><body><META http-equiv=refresh content=0><base href=x>')
+    page = runs_nothing(
+        '<html><head><meta charset="utf-8"></head><body><META http-equiv=refresh content=0><base href=x>'
+    )
     assert page.count("<meta") == 2 and "&lt;META" in page and "&lt;base" in page  # the policy's and the charset
     assert "script-src" not in POLICY and "default-src 'none'" in POLICY  # scripts fall back to 'none'
 

@@ -61,8 +61,12 @@ def scores_scaled(q, k):
 
 @pytest.mark.parametrize(
     ("check", "fn"),
-    [(split_heads_test, split_right), (split_heads_test, split_with_view), (merge_heads_test, merge_right),
-     (head_scores_test, scores_right)],
+    [
+        (split_heads_test, split_right),
+        (split_heads_test, split_with_view),
+        (merge_heads_test, merge_right),
+        (head_scores_test, scores_right),
+    ],
 )
 def test_right_answers_pass(check, fn, capsys):
     check(fn)
