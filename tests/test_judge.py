@@ -1376,7 +1376,7 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
     ("test_train", "the windows in order"): (
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         "batch = train_windows[(step * args.batch_size + torch.arange(args.batch_size)) % len(train_windows)]",
-        "trained on runs of windows in order",
+        "trained on batches laid out in order",
     ),
     ("test_train", "the windows in order from a seed's offset"): (  # red-team round 9: full marks
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
@@ -1384,7 +1384,7 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
             "batch = train_windows[(args.seed * 7 + step * args.batch_size + torch.arange(args.batch_size)) "
             "% len(train_windows)]"
         ),
-        "trained on runs of windows in order",
+        "trained on batches laid out in order",
     ),
     ("test_train", "every third window from a seed's offset"): (
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
@@ -1392,7 +1392,23 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
             "batch = train_windows[(args.seed * 5 + 3 * (step * args.batch_size + torch.arange(args.batch_size))) "
             "% len(train_windows)]"
         ),
-        "trained on runs of windows in order",
+        "trained on batches laid out in order",
+    ),
+    ("test_train", "gaps of 1 and 2 in turn from a seed's offset"): (  # a review: the one-gap rule let it pass
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        (
+            "batch = train_windows[(args.seed * 7 + step * 2 * args.batch_size + torch.arange(args.batch_size) * 3 "
+            "// 2) % len(train_windows)]"
+        ),
+        "trained on batches laid out in order",
+    ),
+    ("test_train", "one irregular layout shifted every step"): (
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        (
+            "batch = train_windows[(args.seed + 5 * step) % 30 + torch.tensor([0, 2, 3, 7, 8, 13, 15, 16, 22, 25, "
+            "27, 33, 34])[: args.batch_size]]"
+        ),
+        "trained on batches laid out by one pattern",
     ),
     ("test_train_addition", "a counter's seed"): (
         "seed=args.seed + 1 + step)",
