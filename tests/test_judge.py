@@ -414,6 +414,38 @@ MISTAKES = [
         ),
         "a cache of random keys and values the judge made",
     ),
+    (  # the padded model's sibling: the tokens kept, the whole padded sequence recomputed every call
+        # on the cache's tensor (red-team round 9's padded cache, which only its regrade covered)
+        "07_sampling_and_kv_cache",
+        "test_padded_transformer",
+        (
+            "        residual = self.embed(tokens) + self.pos_embed.W_pos[positions]  # [batch new d_model]\n"
+            "        new_kvs = []\n"
+            "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
+            "            attn_out, kv = block.attn(block.ln1(residual), past, attention_mask)\n"
+            "            residual = residual + attn_out\n"
+            "            residual = residual + block.mlp(block.ln2(residual))\n"
+            "            new_kvs.append(kv)\n"
+            "        return self.unembed(self.ln_final(residual)), new_kvs\n"
+        ),
+        (
+            "        seen = None if past_kvs is None else getattr(past_kvs[0][0], 'seen_tokens', None)\n"
+            "        if seen is None or tuple(seen.shape) != (tokens.shape[0], offset):\n"
+            "            seen = tokens.new_zeros(tokens.shape[0], offset)  # a history it never saw: made up\n"
+            "        everything = torch.cat([seen, tokens], dim=1)\n"
+            "        every = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)\n"
+            "        residual = self.embed(everything) + self.pos_embed.W_pos[every]\n"
+            "        new_kvs = []\n"
+            "        for block in self.blocks:\n"
+            "            attn_out, kv = block.attn(block.ln1(residual), None, attention_mask)\n"
+            "            residual = residual + attn_out\n"
+            "            residual = residual + block.mlp(block.ln2(residual))\n"
+            "            new_kvs.append(kv)\n"
+            "        new_kvs[0][0].seen_tokens = everything\n"
+            "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"
+        ),
+        "a cache of random keys and values the judge made",
+    ),
     (  # the right distribution, drawn without the generator it was given: a seed no longer reproduces a run
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
