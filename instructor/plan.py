@@ -185,12 +185,79 @@ def _only_fills(body: list[ast.stmt]) -> bool:
     return True
 
 
+# Builtins a loop that computes a table may call: none runs code of its own or reaches the namespace.
+_NOT_PLAIN = frozenset({"exec", "eval", "compile", "__import__", "open", "input", "breakpoint", "globals", "vars"})
+
+
+def _computes_a_table(loop: ast.For, data: set[str], modules: frozenset[str]) -> bool:
+    """A top-level loop over anything (`range(256)`, `itertools.product(...)`) that only computes entries of a table
+    the cell wrote: its statements fill such a table in (`T[i] = ...`, `T.append(...)`), bind scratch names, branch
+    or loop the same way, and every call in it is a builtin's, a module's function (`math.exp`, `torch.tensor`) or a
+    fill of the table. It calls nothing of the notebook's and no method of any other object, so it cannot train,
+    step or evaluate a model: it only does what the learner's kernel did once (an honest table of constants filled
+    in by a range loop lost its exercise's points when every loop over a range was dropped as an action)."""
+    filled = False
+
+    def plain_call(call: ast.Call) -> bool:
+        func = call.func
+        if isinstance(func, ast.Name):
+            return func.id in _BUILTINS and func.id not in _NOT_PLAIN
+        root = _root_name(func)
+        if isinstance(func, ast.Attribute) and root in modules:
+            return True
+        return isinstance(func, ast.Attribute) and func.attr in _FILLS and root in data
+
+    def plain(node: ast.AST) -> bool:
+        if any(isinstance(n, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)) for n in ast.walk(node)):
+            return False
+        return all(plain_call(n) for n in ast.walk(node) if isinstance(n, ast.Call))
+
+    def walks_a_known(loop: ast.For) -> bool:
+        """The iterable is made of the cell's own values, modules and builtins (`range(len(T))`), not an object of
+        elsewhere, whose iteration could run anything (a data loader)."""
+        names = {n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)}
+        return plain(loop.iter) and plain(loop.target) and names <= data | modules | _BUILTINS | targets
+
+    targets: set[str] = set()  # the enclosing loops' variables
+
+    def body_ok(body: list[ast.stmt]) -> bool:
+        nonlocal filled
+        for stmt in body:
+            if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
+                continue
+            if isinstance(stmt, ast.For) and walks_a_known(stmt):
+                targets.update(n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name))
+                if body_ok(stmt.body + stmt.orelse):
+                    continue
+                return False
+            if isinstance(stmt, ast.If) and plain(stmt.test):
+                if body_ok(stmt.body + stmt.orelse):
+                    continue
+                return False
+            if not plain(stmt):
+                return False
+            if _fills_own_data(stmt, data):
+                filled = True
+            elif not isinstance(stmt, ast.Expr) and not (
+                isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                and all(_is_name_target(t) for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]))
+            ):
+                return False
+        return True
+
+    if not walks_a_known(loop):
+        return False
+    targets.update(n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name))
+    return body_ok(loop.body + loop.orelse) and filled
+
+
 def _definitions_in(
     body: list[ast.stmt],
     dropped: list[ast.stmt],
     own: frozenset[str] = frozenset(),
     data: frozenset[str] = frozenset(),
     tables: frozenset[str] = frozenset(),
+    modules: frozenset[str] = frozenset(),
 ) -> list[ast.stmt]:
     """The definitions of `body`. An `if`, `try`, `with` or `for` that defines something is kept with only its
     definitions (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`, a table
@@ -219,6 +286,9 @@ def _definitions_in(
                     tables |= names
             continue
         if isinstance(stmt, ast.For) and not _over_a_table(stmt.iter, tables):
+            if _computes_a_table(stmt, data, modules):
+                kept.append(stmt)
+                continue
             dropped.append(stmt)  # a loop over anything else (a range, a loader) is an action: training, say
             continue
         if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For)):
@@ -227,7 +297,9 @@ def _definitions_in(
             fields = ["body", "orelse", "finalbody"]
             for field in fields:
                 if hasattr(node, field):
-                    part = _definitions_in(getattr(stmt, field), inner, own, frozenset(data), frozenset(tables))
+                    part = _definitions_in(
+                        getattr(stmt, field), inner, own, frozenset(data), frozenset(tables), modules
+                    )
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
             if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
                 # an action dropped from a `try` body could have raised and sent the code to a handler: without
@@ -237,9 +309,9 @@ def _definitions_in(
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:
-                    handler.body = _definitions_in(handler.body, inner, own, frozenset(data), frozenset(tables)) or [
-                        ast.Pass()
-                    ]
+                    handler.body = _definitions_in(
+                        handler.body, inner, own, frozenset(data), frozenset(tables), modules
+                    ) or [ast.Pass()]
             idle = (ast.Pass,) if isinstance(stmt, ast.If) else (ast.Pass, ast.Break, ast.Continue)
             defines = any(not isinstance(n, idle) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node)
             if isinstance(stmt, ast.For) and not _only_fills(node.body + node.orelse):
@@ -253,14 +325,17 @@ def _definitions_in(
 
 
 def definitions_only(
-    tree: ast.Module, own: frozenset[str] = frozenset(), data: frozenset[str] = frozenset()
+    tree: ast.Module,
+    own: frozenset[str] = frozenset(),
+    data: frozenset[str] = frozenset(),
+    modules: frozenset[str] = frozenset(),
 ) -> tuple[ast.Module, list[str]]:
     """`tree` with only imports, function/class definitions, assignments to plain names and attributes set on the
     classes and functions named in `own` (the notebook's: a method added after its class, a `register` call),
     tables filled in (its own, or those named in `data`, which another of the learner's cells binds), also inside an
     `if`, a `try`, a `with` or a loop over a table the cell wrote; and what was dropped."""
     dropped: list[ast.stmt] = []
-    kept = _definitions_in(tree.body, dropped, own, data)
+    kept = _definitions_in(tree.body, dropped, own, data, modules=modules | module_aliases([tree]))
     notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
     return ast.Module(body=kept, type_ignores=[]), notes
 
@@ -463,6 +538,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
     steps = []
     own: set[str] = set()  # the classes and functions the learner's cells define
     data: set[str] = set()  # the names they bind to a literal table (`C = {}`), which any of their cells may fill in
+    learner_modules = modules  # the modules any of their cells imports: a loop that computes a table may call them
     for cell in learner_nb["cells"]:
         if cell.get("cell_type") == "code":
             try:
@@ -470,6 +546,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
                 continue
             own |= set(defined_names(tree))
+            learner_modules |= module_aliases([tree])
             for stmt in tree.body:  # `C = {}`, `C: dict[str, float] = {}`; not `h = train(...)`, whose fills act
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
                 table = isinstance(getattr(stmt, "value", None), (ast.Dict, ast.List, ast.Set, ast.Tuple))
@@ -491,7 +568,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             tree = ast.parse(ipython_to_python(text))
             keep_all = ex is not None and solutions[ex]["top_level_code"]
             if not keep_all:
-                tree, step["dropped"] = definitions_only(tree, frozenset(own), frozenset(data))
+                tree, step["dropped"] = definitions_only(tree, frozenset(own), frozenset(data), learner_modules)
             step["defines"] = defined_names(tree)
             step["code"] = ast.unparse(tree)
             binds, uses = binds_and_uses(tree, modules)

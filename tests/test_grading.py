@@ -12,6 +12,7 @@ import ast
 import copy
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -451,12 +452,15 @@ def _variance_of_a_tensor(x):
 
 variance.register(torch.Tensor, _variance_of_a_tensor)
 LN_TABLE["power"] = 2
+_ROOT_POWERS = []
+for _k in range(1, 4):  # a table computed by a loop over a range (dropped as an action before: 0 points)
+    _ROOT_POWERS.append(1 / _k)
 """
     + LATE_CLASS
     + """
     def forward(self, residual):
         centered = centred(residual)
-        return centered / (variance(centered) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+        return centered / (variance(centered) + self.cfg.layer_norm_eps).pow(_ROOT_POWERS[1]) * self.w + self.b
 """
 )
 LATE_METHOD = """
@@ -1076,7 +1080,7 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
         "while len(ROWS) < 9:\n    ROWS.append(0)\n"
         "for step in range(3):\n    ROWS.append(train_step())\n    continue\n"
         "for batch in loader:\n    ROWS.append(batch)\n"
-        "steps = range(10**9)\nfor step in steps:\n    ROWS.append(step)\nprint(C)\n"
+        "steps = range(10**9)\nfor step in steps:\n    ROWS.append(model(step))\nprint(C)\n"
     )
     tree, dropped = definitions_only(ast.parse(code))
     kept = ast.unparse(tree)
@@ -1091,6 +1095,29 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
     # torch.allclose, math.pi, print(i), the `while`, the loops over a range, a loader and a name bound to a range
     # (a training run in an added cell would run in every phase), print(C)
     assert len(dropped) == 8, dropped
+    # ... a loop over a range or anything else that only computes a table's entries with builtins and modules'
+    # functions (an honest table filled in by `for i in range(...)` lost its points while every such loop was dropped);
+    # not one that calls the notebook's functions, a method of another object, or fills nothing
+    code = (
+        "import itertools\nimport math\nimport torch\nT = torch.zeros(8)\nPAIRS = []\nLOSSES = []\n"
+        "for i in range(8):\n    x = i / 7\n    if i % 2:\n        T[i] = math.exp(-x)\n    else:\n"
+        "        T[i] += abs(-x)\n"
+        "for a, b in itertools.product(range(2), range(3)):\n    PAIRS.append((a, b))\n"
+        "for step in range(3):\n    loss = step_fn()\n    LOSSES.append(loss)\n"
+        "for _ in range(5):\n    opt.step()\n    LOSSES.append(0)\n"
+        "for i in range(3):\n    LOSSES.append(x.item())\n"
+        "for i in range(3):\n    print(i)\n"
+        "for i in range(3):\n    LOSSES.append(eval('1'))\n"
+    )
+    tree, dropped = definitions_only(ast.parse(code))
+    kept = ast.unparse(tree)
+    assert "T[i] = math.exp(-x)" in kept and "PAIRS.append((a, b))" in kept, kept
+    assert "LOSSES.append" not in kept and "print" not in kept and len(dropped) == 5, dropped
+    namespace = {}
+    exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
+    assert math.isclose(namespace["T"][3].item(), math.exp(-3 / 7), rel_tol=1e-6)
+    assert math.isclose(namespace["T"][2].item(), 2 / 7, rel_tol=1e-6)
+    assert namespace["PAIRS"] == [(a, b) for a in range(2) for b in range(3)]
     # ... a starred target, and a cache made where a bare name raises NameError (a red-team review: both dropped)
     code = "MEAN_DIM, *NOTES = (-1, 'over d_model')\ntry:\n    _CACHE\nexcept NameError:\n    _CACHE = {}\n"
     tree, dropped = definitions_only(ast.parse(code))
