@@ -291,7 +291,7 @@ def _definitions_in(
                 continue
             dropped.append(stmt)  # a loop over anything else (a range, a loader) is an action: training, say
             continue
-        if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For)):
+        if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For, ast.Match)):
             inner: list[ast.stmt] = []
             node = copy.copy(stmt)
             fields = ["body", "orelse", "finalbody"]
@@ -306,6 +306,12 @@ def _definitions_in(
                 # it the definitions after it would run where they never did (`connect(); X = None` under `try`)
                 dropped.append(stmt)
                 continue
+            if isinstance(stmt, ast.Match):  # a definition chosen by a `case`, as by an `if`
+                node.cases = [copy.copy(case) for case in stmt.cases]
+                for case in node.cases:
+                    case.body = _definitions_in(case.body, inner, own, frozenset(data), frozenset(tables), modules) or [
+                        ast.Pass()
+                    ]
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:

@@ -1144,6 +1144,15 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
     # a `try` whose body holds an action is dropped whole: without the action its definitions would always run
     tree, dropped = definitions_only(ast.parse("try:\n    connect()\n    X = None\nexcept OSError:\n    X = 1\n"))
     assert not tree.body and len(dropped) == 1
+    # ... and under a `match` (red-team round 10: an honest gelu_new defined in a `case` scored 0)
+    code = (
+        "match MODE:\n    case 'tanh':\n        def gelu(x):\n            return 'tanh'\n        print('tanh')\n"
+        "    case _:\n        raise ValueError(MODE)\n"
+    )
+    tree, dropped = definitions_only(ast.parse(code))
+    namespace = {"MODE": "tanh"}
+    exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
+    assert namespace["gelu"](0) == "tanh" and len(dropped) == 2, dropped  # the print and the raise
 
 
 def test_plan_finds_the_exercises_and_leaves_the_tests_out():
