@@ -151,13 +151,13 @@ def _fn(grade_id: str, target: str, *args, **kwargs) -> Probe:
 
 
 def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
-    """A sample_next_token probe: 4,000 draws from one row repeated, against the course's distribution
+    """A sample_next_token probe: 8,000 draws from two rows in turn, against the course's distributions
     (`_sampling_distribution`), made again from a generator in the same state (`probe_runner.same_seed_twice`)."""
     return _fn(
         "test_sample_next_token",
         "sample_next_token",
-        ("repeated", logits),
-        ("repeated", tokens),
+        ("rows", logits),
+        ("rows", tokens),
         temperature,
         top_k,
         top_p,
@@ -453,13 +453,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("generate_eos", (0, 1, 2)),
             )
         ),
-        # and sampling: one new token for 4,000 copies of a prompt, at a temperature, against the distribution the
+        # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
         # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
         _fn(
             "test_generate",
             "generate",
             ("table_lm", None),
-            ("repeated", ("tokens", ("pos",))),
+            ("rows", ("tokens", ("pos",))),
             ("int", (1, 1)),
             ("int", NEVER_EOS),
             ("real", (0.7, 1.3)),
@@ -793,7 +793,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
 
 
 def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator):
-    """What `sample_next_token` must draw from, row 0 (every row is the same): the course's filters in its order."""
+    """What `sample_next_token` must draw from, for each of the SAMPLE_ROWS rows the probe's rows take in turn
+    [SAMPLE_ROWS d_vocab]: the course's filters in its order."""
     if frequency_penalty:
         logits = course.apply_frequency_penalty(logits, tokens, frequency_penalty)
     logits = course.apply_temperature(logits, temperature)
@@ -801,7 +802,7 @@ def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, fr
         logits = course.top_k_filter(logits, top_k)
     if top_p is not None:
         logits = course.top_p_filter(logits, top_p)
-    return logits.softmax(dim=-1)[0]
+    return logits.softmax(dim=-1)[:SAMPLE_ROWS]
 
 
 def _sampling_orders(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator) -> dict:
@@ -812,7 +813,7 @@ def _sampling_orders(course, logits, tokens, temperature, top_k, top_p, frequenc
     return {
         "probs": _sampling_distribution(course, *args),
         "it applies top-p before top-k (the course's and transformers' order is top-k, then top-p)": (
-            swapped.softmax(-1)[0]
+            swapped.softmax(-1)[:SAMPLE_ROWS]
         ),
     }
 
@@ -894,10 +895,10 @@ def _padded_generate_steps(course, model, prompts, new_tokens, eos, pad, n_ctx) 
 
 
 def _generate_distribution(course, model, tokens, max_new_tokens, eos_token_id, temperature, generator):
-    """What `generate`'s one new token must be drawn from, for a prompt repeated on every row: the model's logits
-    at the prompt's last position, at the temperature."""
-    logits = model(tokens[:1, -model.cfg.n_ctx :])[:, -1]
-    return course.apply_temperature(logits, temperature).softmax(dim=-1)[0]
+    """What `generate`'s one new token must be drawn from, for each of the SAMPLE_ROWS prompts the rows take in turn
+    [SAMPLE_ROWS d_vocab]: the model's logits at the prompt's last position, at the temperature."""
+    logits = model(tokens[:SAMPLE_ROWS, -model.cfg.n_ctx :])[:, -1]
+    return course.apply_temperature(logits, temperature).softmax(dim=-1)
 
 
 EXPECTATIONS = {
@@ -912,7 +913,8 @@ EXPECTATIONS = {
     "addition_run": _addition_run,
 }
 RANDOM_FAILURE = 1e-9  # the most a rule about a random output may fail a right answer
-SAMPLES = 4000  # draws per sampling probe: a token of probability p is off by 6 sigma once in ~10^9 tests
+SAMPLES = 8000  # draws per sampling probe, 4,000 a row: a token of probability p is off by 6 sigma once in ~10^9 tests
+SAMPLE_ROWS = 2  # the different rows of a sampling probe, in turn
 
 
 def judged_tests() -> dict[str, list[str]]:
@@ -1220,6 +1222,14 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind == "generator":
         seed = _randint(0, 2**31, gen)
         return torch.Generator().manual_seed(seed), {"generator": seed}
+    if (
+        kind == "rows"
+    ):  # SAMPLE_ROWS different rows in turn, SAMPLES rows in all: row i draws from row i % SAMPLE_ROWS's
+        row_kind, row_shape = param  # distribution (one row repeated let a sampler that drew every row from the
+        # first row's distribution, or row i from the i-th slice of it, pass: red-team round 10)
+        rows = _random_input(row_kind, (SAMPLE_ROWS, *(dims[d] for d in row_shape)), dims, gen)
+        tensors[key] = rows
+        return rows.repeat(SAMPLES // SAMPLE_ROWS, *([1] * (rows.dim() - 1))), {"tensor": key, "tile": SAMPLES}
     if kind == "repeated":  # one row, SAMPLES times: every draw from the same distribution
         row_kind, row_shape = param
         row = _random_input(row_kind, (1, *(dims[d] for d in row_shape)), dims, gen)
@@ -1763,19 +1773,34 @@ def _rounding_flukes(got, expected, atol: float) -> bool:
 
 
 def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None:
-    """Draws against the distribution they must come from: none where it is 0, and every token's count within
-    6 standard deviations (+2) of its expectation. Where they fail it and follow one of `alternatives` (a known
-    mistake's distribution) instead, that mistake leads the message."""
+    """Draws against the distributions they must come from, row by row (`probs`: [SAMPLE_ROWS d_vocab], row i of
+    the probe drawing from row i % SAMPLE_ROWS): none where the probability is 0, and every token's count within 6
+    standard deviations (+2) of its expectation, over each row's draws and over each half of them (the first
+    draws and the last: a sampler whose draw depends on where its row is, row i from the i-th slice of the
+    distribution, follows it over all rows but not over a half). Where they fail it and follow one of
+    `alternatives` (a known mistake's distributions) instead, that mistake leads the message."""
 
-    if (got < 0).any() or (got >= probs.numel()).any():
+    if (got < 0).any() or (got >= probs.shape[-1]).any():
         return "drew token ids outside the vocabulary"
-    why = _samples_off(got, probs)
+    why = _rows_off(got, probs)
     if why is None:
         return None
     for mistake, other in (alternatives or {}).items():
-        if _samples_off(got, other) is None:
+        if _rows_off(got, other) is None:
             return f"{mistake}: its draws follow that distribution, not the course's ({why})"
     return why
+
+
+def _rows_off(got, probs) -> str | None:
+    rows = probs.reshape(-1, probs.shape[-1])
+    for r, row in enumerate(rows):
+        draws = got[r :: len(rows)]
+        half = len(draws) // 2
+        for part, where in ((draws, ""), (draws[:half], ", first half"), (draws[half:], ", second half")):
+            why = _samples_off(part, row)
+            if why is not None:
+                return f"{why} (the draws for input row {r}{where})"
+    return None
 
 
 def _samples_off(got, probs) -> str | None:

@@ -595,6 +595,8 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         value = tensors[spec["tensor"]]
         if "repeat" in spec:
             return value.expand(int(spec["repeat"]), *value.shape[1:]).clone()
+        if "tile" in spec:  # the rows in turn, row i being row i % len(rows), to `tile` rows
+            return value.repeat(int(spec["tile"]) // value.shape[0], *([1] * (value.dim() - 1)))
         return value.clone()  # a fresh copy: the call may write into its input
     if "value" in spec:
         value = spec["value"]

@@ -446,6 +446,36 @@ MISTAKES = [
         ),
         "a cache of random keys and values the judge made",
     ),
+    (  # every row drawn from the first row's distribution (red-team round 10: full marks while a probe's rows were
+        # one row repeated)
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n",
+        (
+            "    return torch.multinomial(logits[0].softmax(dim=-1), num_samples=logits.shape[0], replacement=True, "
+            "generator=generator)\n"
+        ),
+        "the draws for input row 1",
+    ),
+    (  # a stratified draw: row i takes the quantile (i + u) / batch of its row's distribution, one u a call (red-team
+        # round 10: over one row repeated, its counts were exactly the expected ones)
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n",
+        (
+            "    cdf = logits.softmax(dim=-1).cumsum(dim=-1)\n"
+            "    u = (torch.arange(cdf.shape[0], dtype=cdf.dtype) + torch.rand((), generator=generator)) / cdf.shape[0]\n"
+            "    return torch.searchsorted(cdf, (u[:, None] * cdf[:, -1:]).contiguous()).clamp(max=cdf.shape[-1] - 1)[:, 0]\n"
+        ),
+        "first half",
+    ),
+    (  # generate's sibling: every row's new token drawn from the first prompt's distribution
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "next_token = sample_next_token(logits, tokens, **sampling)  # [batch]",
+        "next_token = sample_next_token(logits[:1].expand_as(logits), tokens[:1].expand_as(tokens), **sampling)",
+        ("the draws for input row 1", "differs from the course's generate"),  # its greedy probe has two prompts too
+    ),
     (  # the right distribution, drawn without the generator it was given: a seed no longer reproduces a run
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
