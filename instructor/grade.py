@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,6 +349,8 @@ class Grader:
         self.cgroup: MemoryCgroup | None = None
         self.extra_cgroups: list[MemoryCgroup] = []  # pids and cpu, where the machine has them
         self.shared_mount = False
+        self.worker_dirs: list[str] = []  # each nbgrader process's kernels' sockets (`_worker_folders`)
+        self.worker_mounts: list[str] = []
         self.memory_note = ""
         self.worker_starts = 0
         self.template_failures = 0  # starts in a row that never became ready
@@ -545,7 +548,31 @@ class Grader:
         if not os.path.isdir(path):
             os.mkdir(path)
             os.chmod(path, 0o711)
+            if self.sandbox:
+                self._worker_folders(path)
         return path
+
+    def _worker_folders(self, rt: str) -> None:
+        """A small tmpfs of its own for each nbgrader process's kernels' sockets, mounted before the sandbox starts
+        (a mount made later would not reach it): a kernel can write only in its own folder there, so what it fills
+        is that process's alone, and nothing of the grader's or of another student's kernel shares its inodes (a
+        kernel that filled the shared tmpfs with a million empty files stopped the whole batch, red-team round 10).
+        Children cannot write anywhere else on the shared tmpfs."""
+        for index in range(max(1, self.args.jobs)):
+            folder = os.path.join(rt, f"w{index}")
+            os.mkdir(folder)
+            os.chmod(folder, 0o711)
+            if self.shared_mount:
+                options = "mode=0711,size=16m,nr_inodes=4096"
+                run = subprocess.run(
+                    ["mount", "-t", "tmpfs", "-o", options, f"tfs-w{index}", folder],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+                if run.returncode == 0:
+                    self.worker_mounts.append(folder)
+            self.worker_dirs.append(folder)
 
     def _private_runtime(self) -> Path:
         path = self.course / ".runtime"
@@ -581,7 +608,8 @@ class Grader:
             env["TFS_KERNEL_SOCKET"] = self.kernel_socket
             env["TFS_KERNEL_MEMORY"] = str(int(self.args.memory_gb * (1 << 30)))
         if self.sandbox:
-            sockets = os.path.join(self.runtime_dir(), f"w{index}-{self.worker_starts}")
+            self.runtime_dir()
+            sockets = os.path.join(self.worker_dirs[index % len(self.worker_dirs)], str(self.worker_starts))
             os.makedirs(sockets, mode=0o700, exist_ok=True)
             args += ["--ipc", os.path.join(sockets, "k")]
             # connection files stay with the grader (root only): the template hands each kernel its own copy
@@ -616,7 +644,8 @@ class Grader:
         env = self.env()
         env["OMP_NUM_THREADS"] = "1"
         if self.sandbox:
-            args += ["--sandboxed", "--scratch", self.runtime_dir()]
+            self.runtime_dir()
+            args += ["--sandboxed", *(arg for folder in self.worker_dirs for arg in ("--scratch", folder))]
             args += ["--cgroup", INSIDE_CGROUP] if self.cgroup else []
             for group in self.extra_cgroups:
                 args += [f"--cgroup-{group.controller}", f"{INSIDE_CGROUP}-{group.controller}"]
@@ -659,6 +688,9 @@ class Grader:
                 self.grade_all()
         except TemplateFailed as err:
             self.not_graded = str(err)
+        except Exception as err:  # noqa: BLE001 - the batch still ends with its CSVs: what was graded, and the rest
+            traceback.print_exc()
+            self.not_graded = f"the grader failed: {type(err).__name__}: {err}"[:500]
         finally:
             self.end_sandbox()
         if not self.sandbox:
@@ -688,6 +720,8 @@ class Grader:
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.socket_dir:
+            for folder in self.worker_mounts:
+                subprocess.run(["umount", "-l", folder], capture_output=True, check=False)
             if self.shared_mount:
                 subprocess.run(["umount", "-l", self.socket_dir], capture_output=True, check=False)
             shutil.rmtree(self.socket_dir, ignore_errors=True)
@@ -939,10 +973,16 @@ class Grader:
         item.probes, item.judged = None, None
         if item.notebook not in judge.PROBES:
             return
-        root = os.path.join(os.path.dirname(self.runtime_dir()), "probes")
-        if not os.path.isdir(root):
-            os.mkdir(root)
-            os.chmod(root, 0o711)  # a child can reach its own job's folder by name, not list the others
+        try:
+            root = os.path.join(os.path.dirname(self.runtime_dir()), "probes")
+            if not os.path.isdir(root):
+                os.mkdir(root)
+                os.chmod(root, 0o711)  # a child can reach its own job's folder by name, not list the others
+        except OSError as err:  # this job's failure, never the batch's
+            message = f"the judge could not make its probes' folder: {type(err).__name__}: {err}"[:300]
+            item.flags.append(message)
+            item.judged = judge.no_result(item.notebook, message)
+            return
         folder = Path(root) / f"{key}-{secrets.token_hex(8)}"
         if self.judge_inputs is not None:
             given = self.judge_inputs / item.notebook

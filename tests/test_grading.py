@@ -619,6 +619,15 @@ for folder in glob.glob("/tmp/tfs-grade-*/rt") + own:
     except OSError as err:
         print("stopped:", err)
 print("FILLED", filled, "MiB")
+made = 0  # ... and its inodes with empty files (red-team round 10: a million of them stopped the whole batch)
+for folder in own + glob.glob("/tmp/tfs-grade-*/rt") + glob.glob("/tmp/tfs-grade-*/rt/*") + glob.glob("/tmp/tfs-grade-*"):
+    for i in range(200_000):
+        try:
+            open(f"{folder}/i{i}", "w").close()
+        except OSError:
+            break
+        made += 1
+print("INODES", made)
 """
 FORKER = """
 import os, time
@@ -1411,11 +1420,15 @@ def test_students_share_no_writable_place(graded):
 
 @needs_sandbox
 def test_one_student_cannot_fill_the_disk_or_the_process_table(graded):
-    """The kernels' shared folder is memory charged to the writer (its memory limit, 2 GB here, stops it); a
-    child's processes are capped (pids cgroup) and it has a cpu cgroup of its own (a fair share of the CPU)."""
+    """A kernel's sockets' folder is a tmpfs of its nbgrader process's, memory charged to the writer (16 MB and
+    4,096 inodes); a child's processes are capped (pids cgroup) and it has a cpu cgroup of its own (a fair share of the CPU)."""
     text = (graded["out"] / "course" / "autograded" / "zz_filler" / LN / f"{LN}.ipynb").read_text()
     filled = re.search(r"FILLED (\d+) MiB", text)
     assert filled is None or int(filled.group(1)) < 2048, text[-2000:]  # no line: the kernel was stopped
+    # its own sockets' folder is a small tmpfs of its own: its inodes run out there, nowhere the grader or another
+    # kernel writes (every other student here was graded as expected)
+    made = re.search(r"INODES (\d+)", text)
+    assert made is not None and int(made.group(1)) < 5000, text[-2000:]
     from instructor.sandbox import CHILD_PIDS
 
     forked = int(_output_of(graded, "zz_forker", "FORKED").split()[1])
