@@ -5,14 +5,23 @@ natively, so the TeX of markdown cells is converted to MathML before the HTML is
 
 A feedback page holds what the learner wrote (markdown with raw HTML, `display(HTML(...))` and `Javascript(...)`
 outputs), and instructors open the pages of a whole class. So every page starts with a Content-Security-Policy that
-lets it load nothing and run no script, inline or not (event handlers and `javascript:` links included): styles
-and images written into the page itself only. The browser enforces it, whatever the page holds, and with no
-network request. The template's MathJax loader is taken out of the head; the body, which the learner wrote, is
-never searched, so no page is slow to write (a search of the whole page was quadratic in nested `<script`).
+lets it load nothing and run no script, inline or not (event handlers and `javascript:` links included), and that
+lets only the page's own styles apply: the `<style>` blocks of the head, which nbgrader's template writes
+(bootstrap, the code highlighting, its own), each allowed by its sha256 hash. A learner's `<style>` block and
+`style="..."` attribute apply nowhere, so what the learner wrote cannot restyle or cover the page (a fixed full-page
+banner with a forged score over the real page, error outputs hidden, passed the old `style-src 'unsafe-inline'`).
+The cost: the page's body has no inline styles of its own to lose, but a learner's outputs lose theirs (a
+DataFrame's `<style scoped>`, 24-bit ANSI colours), and images and fonts are the page's own (data: URLs). Markup
+with no style still shapes the body, which no policy covers: unclosed `<div hidden>` in a cell hide the cells after
+it (not the score heading above them). The browser enforces the policy, whatever the page holds, and with no network
+request. The template's MathJax loader is taken out of the head; the body, which the learner wrote, is never
+searched, so no page is slow to write (a search of the whole page was quadratic in nested `<script`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -20,10 +29,10 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
 _DISPLAY = re.compile(r"\$\$(.+?)\$\$", re.DOTALL)
 _INLINE = re.compile(r"(?<![\\$\w])\$(?=\S)([^$\n]+?)(?<=\S)\$(?![\w$])")
-POLICY = (
-    "default-src 'none'; style-src 'unsafe-inline' data:; img-src data:; font-src data:; base-uri 'none'; "
-    "form-action 'none'"
-)
+# Scripts fall back to default-src; `style-src` is per page (`policy`)
+POLICY = "default-src 'none'; img-src data:; font-src data:; base-uri 'none'; form-action 'none'"
+# The end of a `<style>` element's text is the first `</style` (its text is raw: no comment or quote ends it sooner)
+_STYLE = re.compile(r"<style\b[^>]*>(.*?)</style", re.DOTALL | re.IGNORECASE)
 # Tags no policy covers in a body (a `<meta http-equiv="refresh">` moves the page elsewhere): shown as text
 _BODY_TAGS = re.compile(r"<(?=(?:meta|base|link)\b)", re.IGNORECASE)
 _REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc=[\"']https?://[^>]*>\s*</script>", re.IGNORECASE)
@@ -54,18 +63,38 @@ def tex_to_mathml(markdown: str) -> str:
     return "".join(parts)
 
 
+def policy(head: str) -> str:
+    """The policy for a page whose `<head>` holds `head`: only its `<style>` blocks apply, no `style` attribute.
+
+    A browser hashes a `<style>` element's text as it parsed it (line ends as LF, NUL as U+FFFD), in UTF-8. A
+    stylesheet the head would link would not apply (a hash allows inline text only): nbgrader's head has none."""
+    hashes = []
+    for match in _STYLE.finditer(head):
+        text = match.group(1).replace("\r\n", "\n").replace("\r", "\n").replace("\0", "\ufffd")
+        digest = base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
+        hashes.append(f"'sha256-{digest}'")
+    styles = " ".join(dict.fromkeys(hashes)) or "'none'"
+    # style-src-attr says it outright; a browser without it falls back to style-src, whose hashes allow no attribute
+    return f"{POLICY}; style-src {styles}; style-src-attr 'none'"
+
+
 def runs_nothing(html: str) -> str:
-    """The page with the policy as the first thing its head holds, and without the template's MathJax loader: the
+    """The page with its policy as the first thing its head holds, and without the template's MathJax loader: the
     head is nbconvert's template (what the learner wrote is in the body, never searched). A page with no `<head>`
-    in its first 4 kB gets the policy before everything."""
-    meta = f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+    in its first 4 kB gets the policy before everything; one whose head never ends, a policy with no style at all
+    (what would be its head may hold the learner's)."""
     head = html.find("<head>", 0, 4096)
     if head < 0:
-        return meta + html
+        return _meta(policy("")) + html
     end = html.find("</head>", head)
-    end = len(html) if end < 0 else end
-    template = _REMOTE_SCRIPT.sub("", _MATHJAX_CONFIG.sub("", html[head + 6 : end]))
-    return html[: head + 6] + meta + template + _BODY_TAGS.sub("&lt;", html[end:])
+    template = _REMOTE_SCRIPT.sub("", _MATHJAX_CONFIG.sub("", html[head + 6 : len(html) if end < 0 else end]))
+    if end < 0:
+        return html[: head + 6] + _meta(policy("")) + template
+    return html[: head + 6] + _meta(policy(template)) + template + _BODY_TAGS.sub("&lt;", html[end:])
+
+
+def _meta(content: str) -> str:
+    return f'<meta http-equiv="Content-Security-Policy" content="{content}">'
 
 
 class MathAsMathML(NbGraderPreprocessor):

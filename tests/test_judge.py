@@ -1467,10 +1467,20 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
     ("test_train", "one irregular layout shifted every step"): (
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         (
-            "batch = train_windows[(args.seed + 5 * step) % 30 + torch.tensor([0, 2, 3, 7, 8, 13, 15, 16, 22, 25, "
-            "27, 33, 34])[: args.batch_size]]"
+            "batch = train_windows[(args.seed + 5 * step) % 13 + torch.linspace(0, 48, args.batch_size).long() + "
+            "torch.tensor([0, 2, 0, 3, 1, 0, 3, 0, 1, 2, 0, 3, 0])[: args.batch_size]]"
         ),
         "trained on batches laid out by one pattern",
+    ),
+    ("test_train", "the first three quarters of the windows only"): (  # red-team round 10: full marks
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randint(3 * len(train_windows) // 4, (args.batch_size,))]",
+        "trained on no window of train_windows[",
+    ),
+    ("test_train", "the last half of the windows only"): (
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[len(train_windows) // 2 + torch.randint(len(train_windows) // 2, (args.batch_size,))]",
+        ("trained on no window of train_windows[0:", "distinct windows of the 64"),
     ),
     ("test_train_addition", "a counter's seed"): (
         "seed=args.seed + 1 + step)",
@@ -1487,7 +1497,8 @@ def test_a_loop_whose_draws_a_seed_does_not_reproduce_fails(loop, tmp_path):
     due) and with args.seed + 1 (other draws are due)."""
     old, new, cause = UNSEEDED_LOOPS[loop]
     verdict = verdict_of("06_training", loop[0], course_with("06_training", old, new), tmp_path)
-    assert not verdict["passed"] and cause in verdict["message"], verdict
+    causes = (cause,) if isinstance(cause, str) else cause
+    assert not verdict["passed"] and any(c in verdict["message"] for c in causes), verdict
 
 
 def test_trained_weights_allow_a_few_rounding_flukes_and_no_more():

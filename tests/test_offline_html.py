@@ -1,13 +1,20 @@
-"""Feedback HTML needs no network and runs nothing: TeX becomes MathML, and a policy forbids every script."""
+"""Feedback HTML needs no network and runs nothing: TeX becomes MathML, and a policy forbids every script and every
+style but the template's."""
 
+import base64
+import hashlib
 import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from instructor.offline_html import POLICY, runs_nothing, tex_to_mathml
+
+ROOT = Path(__file__).resolve().parent.parent
+CSP = re.compile(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">')
 
 
 def test_inline_and_display_math_become_mathml():
@@ -60,7 +67,7 @@ def test_a_learners_html_makes_the_page_neither_slow_nor_dangerous(tmp_path):
     path = tmp_path / "feedback.html"
     path.write_text(page.replace("<a id=link", "<a id=link autofocus"))
     unprotected = tmp_path / "unprotected.html"
-    unprotected.write_text(page.replace(f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">', ""))
+    unprotected.write_text(CSP.sub("", page, count=1))
     dumped = {}
     for name in (path, unprotected):
         run = subprocess.run(
@@ -84,3 +91,113 @@ def test_a_learners_html_makes_the_page_neither_slow_nor_dangerous(tmp_path):
     assert ran.search(dumped["unprotected.html"]), dumped["unprotected.html"][:500]  # the test can fail
     assert "<body" in dumped["feedback.html"], dumped["feedback.html"][:500]
     assert not ran.search(dumped["feedback.html"]), dumped["feedback.html"][:500]
+
+
+# Red-team round 10: a markdown cell whose `<style>` hides the error outputs and whose full-page fixed banner shows a
+# forged score over the real page (no script needed), and an output with a `<style>` and a script of its own
+FORGED = (
+    '<style>.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"], .output_error, pre '
+    "{display:none !important}</style>\n\n"
+    '<div id=forged style="position:fixed;top:0;left:0;right:0;height:100%;background:#fff;z-index:2147483647">'
+    "01_layernorm — Score: 5.0 / 5.0<br>All tests passed.</div>\n"
+)
+OUTPUT = (
+    "<style>body {font-size: 40px !important}</style>"
+    "<script>document.body.setAttribute('data-ran', 'inline')</script>"
+    "<img src=x onerror=\"document.body.setAttribute('data-ran', 'handler')\">"
+)
+
+
+def _feedback_page() -> str:
+    """A real feedback page of a learner's 01_layernorm: nbgrader's feedback template, as `GenerateFeedback` sets it
+    up, and the course's feedback preprocessors, but the scores that `GetGrades` would read from a gradebook."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.preprocessors import GetGrades
+    from traitlets.config import Config
+
+    from instructor.nbconfig import configure
+
+    config = Config()
+    configure(config)
+    feedback = GenerateFeedback(coursedir=CourseDirectory(root=str(ROOT)), config=config)
+    exporter = HTMLExporter(parent=feedback, config=feedback.config)
+    for preprocessor in feedback.preprocessors:
+        if preprocessor is not GetGrades:
+            exporter.register_preprocessor(preprocessor, enabled=True)
+    assert exporter.template_name == "feedback"
+    nb = nbformat.read(ROOT / "solutions" / "01_layernorm.ipynb", as_version=4)
+    for cell in nb.cells:
+        if "nbgrader" in cell.metadata:
+            cell.metadata.nbgrader.score = cell.metadata.nbgrader.get("points", 0)
+    nb.cells.insert(1, new_markdown_cell(FORGED))
+    error = new_output("error", ename="AssertionError", evalue="the mean is not 0", traceback=["AssertionError"])
+    nb.cells.append(
+        new_code_cell("layernorm(x)", outputs=[error, new_output("display_data", data={"text/html": OUTPUT})])
+    )
+    resources = {"nbgrader": {"notebook": "01_layernorm", "score": 3.0, "max_score": 5.0, "late_penalty": 0}}
+    return exporter.from_notebook_node(nb, resources=resources)[0]
+
+
+def test_only_the_templates_styles_are_allowed():
+    """`style-src 'unsafe-inline'` let a learner's `<style>` and `style=` restyle and cover the page: now each of the
+    head's `<style>` blocks is allowed by its hash, and nothing else (no `style` attribute, no stylesheet URL)."""
+    page = runs_nothing(_feedback_page())
+    directives = dict(d.strip().split(" ", 1) for d in CSP.search(page).group(1).split(";"))
+    head = page[: page.index("</head>")]
+    blocks = re.findall(r"<style\b[^>]*>(.*?)</style>", head, re.DOTALL)
+    assert len(blocks) == 3  # bootstrap, the code highlighting, nbgrader's own; no <link> stylesheet
+    assert "<link" not in head
+    hashes = {f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in blocks}
+    assert set(directives["style-src"].split()) == hashes
+    assert directives["style-src-attr"] == "'none'" and directives["default-src"] == "'none'"
+    assert "<style>.jp-OutputArea" in page and "font-size: 40px" in page  # the learner's, in the body, not hashed
+    # a head that never ends may hold the learner's: no style is allowed
+    assert "style-src 'none'" in runs_nothing("<html><head><style>p {}</style><body>")
+
+
+def test_a_learner_cannot_restyle_or_cover_the_feedback_page(tmp_path):
+    """A real feedback page in Chromium: nbgrader's styles apply, the learner's `<style>` blocks and the fixed banner
+    with a forged score do not, and no script runs. The same page without the policy shows the forgery (the test
+    can fail)."""
+    if not (CHROMIUM and shutil.which("chromedriver")):
+        pytest.skip(
+            "Chromium and its driver are not installed (.ci/run installs them): the browser's side is not checked"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    page = runs_nothing(_feedback_page())
+    (tmp_path / "feedback.html").write_text(page, encoding="utf-8")
+    (tmp_path / "unprotected.html").write_text(CSP.sub("", page, count=1), encoding="utf-8")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    # read through the driver, which the page's policy does not bind
+    probe = """const style = (selector, property) => getComputedStyle(document.querySelector(selector))[property];
+        return {font: style('body', 'fontFamily'), size: style('body', 'fontSize'),
+                keyword: style('.highlight .k', 'fontWeight'), error: style('.output_error pre', 'display'),
+                banner: style('#forged', 'position'), ran: document.body.getAttribute('data-ran')};"""
+    seen = {}
+    try:
+        for name in ("feedback", "unprotected"):
+            driver.get(f"file://{tmp_path / name}.html")
+            time.sleep(0.5)  # the image's error handler, if it were to run
+            seen[name] = driver.execute_script(probe)
+    finally:
+        driver.quit()
+    assert seen["unprotected"]["banner"] == "fixed" and seen["unprotected"]["error"] == "none", seen
+    assert seen["feedback"] == {
+        "font": '"Helvetica Neue", Helvetica, Arial, sans-serif',  # bootstrap's
+        "size": "14px",  # nbgrader's template's own <style>
+        "keyword": "700",  # the code highlighting's
+        "error": "block",  # the error output is shown
+        "banner": "static",  # in its cell, over nothing
+        "ran": None,
+    }, seen
