@@ -31,6 +31,7 @@ import itertools
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 from dataclasses import dataclass, field, replace
@@ -62,8 +63,9 @@ SMALL = {
     "layer_norm_eps": 1e-5,
     "init_range": 0.02,
 }
-# An end-of-sequence id no model of SMALL's vocabulary emits: every row then runs its full length.
-NEVER_EOS = (SMALL["d_vocab"], SMALL["d_vocab"])
+# An end-of-sequence id no model of the job's vocabulary emits: every row then runs its full length. Sizes in the
+# probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
+NEVER_EOS = ("d_vocab", "d_vocab")
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
     "d_model": 24,
@@ -263,12 +265,29 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("large_logits", ("batch", "pos", "d_vocab")),
             ("tokens", ("batch", "pos")),
         ),
+        _fn(  # training runs backward() through the loss: its gradient with respect to the logits
+            "test_cross_entropy_loss",
+            "cross_entropy_loss",
+            ("float", ("batch", "pos", "d_vocab")),
+            ("tokens", ("batch", "pos")),
+            output="dict",
+            script="loss_gradient",
+            expect="script",
+        ),
         _fn(
             "test_greedy_generate",
             "greedy_generate",
             ("table_lm", None),
             ("tokens", ("batch", "pos")),
             ("int", (1, 8)),
+            compare="exact",
+        ),
+        _fn(  # one prompt: a batch of one row (a `.squeeze()` that drops the batch dimension there had full marks)
+            "test_greedy_generate",
+            "greedy_generate",
+            ("table_lm", None),
+            ("tokens", (1, "pos")),
+            ("int", (2, 8)),
             compare="exact",
         ),
         _fn(  # a model whose next token depends on the whole prefix and its length: fed the last token only, or a
@@ -295,6 +314,16 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("mask", ("batch", "pos")),
             output="loss",
             atol=1e-4,  # as masked_loss_test
+        ),
+        _fn(  # training runs backward() through the loss: its gradient with respect to the logits
+            "test_masked_lm_loss",
+            "masked_lm_loss",
+            ("float", ("batch", "pos", "d_vocab")),
+            ("tokens", ("batch", "pos")),
+            ("mask", ("batch", "pos")),
+            output="dict",
+            script="loss_gradient",
+            expect="script",
         ),
         _fn("test_reversal_floor", "reversal_loss_floor", ("even", (4, 64)), ("int", (2, 1000)), output="scalar"),
         _fn(
@@ -361,7 +390,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             compare="filter",
         ),
         _fn(  # k larger than the vocabulary: every token kept
-            "test_top_k_filter", "top_k_filter", LOGITS, ("int", (SMALL["d_vocab"] + 1, 300)), compare="filter"
+            "test_top_k_filter", "top_k_filter", LOGITS, ("int", ("d_vocab+1", 300)), compare="filter"
         ),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.05, 0.95)), compare="filter"),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.2, 0.9)), ("int", (2, 6)), compare="filter"),
@@ -469,6 +498,26 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             expect="generate_distribution",
             script="last_new_tokens",
         ),
+        # ... one prompt alone: a batch of one row
+        _greedy_generate(("table_lm", None), ("tokens", (1, "pos")), (2, 8), ("int", NEVER_EOS)),
+        # ... and top-k and top-p passed on to the sampler: the distribution of the first new token (red-team round
+        # 10: a generate that sampled greedily for any top_k, and ignored top_p, had full marks with top_k=1 only)
+        _fn(
+            "test_generate",
+            "generate",
+            ("table_lm", None),
+            ("rows", ("tokens", ("pos",))),
+            ("int", (1, 1)),
+            ("int", NEVER_EOS),
+            ("real", (0.7, 1.3)),
+            ("int", (2, 12)),
+            ("real", (0.3, 0.9)),
+            ("generator", None),
+            keywords=("eos_token_id", "temperature", "top_k", "top_p", "generator"),
+            compare="samples",
+            expect="generate_distribution",
+            script="last_new_tokens",
+        ),
         # a model whose context is 4 positions, past which it raises: the model sees the last n_ctx tokens
         _greedy_generate(("window_lm", None), ("tokens", ("batch", "pos")), (4, 8), ("int", NEVER_EOS)),
         # under a frequency penalty: the options reach the sampler with the whole sequence, the prompt's tokens
@@ -493,10 +542,10 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             )
             for table, ngram, eos, stop in (
                 ("table_lm", (0, 0), NEVER_EOS, False),
-                ("table_lm", (0, 0), (0, SMALL["d_vocab"] - 1), False),
-                ("table_lm_eos", (0, 0), (SMALL["d_vocab"] - 1,) * 2, False),
-                ("table_lm_eos", (0, 0), (SMALL["d_vocab"] - 1,) * 2, True),
-                ("table_lm_eos", (0, 0), (SMALL["d_vocab"] - 1,) * 2, "never"),
+                ("table_lm", (0, 0), (0, "d_vocab-1"), False),
+                ("table_lm_eos", (0, 0), ("d_vocab-1",) * 2, False),
+                ("table_lm_eos", (0, 0), ("d_vocab-1",) * 2, True),
+                ("table_lm_eos", (0, 0), ("d_vocab-1",) * 2, "never"),
                 ("table_lm", (2, 3), NEVER_EOS, False),
             )
         ),
@@ -535,7 +584,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 "select_beams",
                 (kind, (rows, "d_vocab")),
                 ("int", (beams, beams)),
-                ("int", (BEAM_EOS, BEAM_EOS)),
+                ("dim", "beam_eos"),  # drawn per job (an id hard-coded to the judge's one had full marks)
                 ("bool", last),
                 keywords=("last_step",),
                 output="tuple",
@@ -577,7 +626,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "test_left_pad",
             "left_pad",
             ("uneven", ("padded_rows", (1, 7))),
-            ("int", (0, SMALL["d_vocab"] - 1)),
+            ("int", (0, "d_vocab-1")),
             output="tuple",
             compare="exact",
         ),
@@ -587,7 +636,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             (
                 ("uneven", ("padded_rows", (1, 7))),
                 ("tokens", ("padded_rows", 2)),
-                ("int", (0, SMALL["d_vocab"] - 1)),
+                ("int", (0, "d_vocab-1")),
                 ("dim", "n_ctx"),
             ),
             output="dict",
@@ -602,7 +651,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("uneven", ("padded_rows", (1, 6))),
                 ("int", (3, 6)),
                 eos,
-                ("int", (0, SMALL["d_vocab"] - 1)),
+                ("int", (0, "d_vocab-1")),
                 ("dim", "n_ctx"),
                 output="dict",
                 script="padded_generate_steps",
@@ -668,7 +717,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "mean_ablate_heads",
             ("hooked_course", ("05_full_gpt2", "DemoTransformer")),
             *TOKENS,
-            ("int", (0, SMALL["n_layers"] - 1)),
+            ("int", (0, "n_layers-1")),
             ("head_list", None),
         ),
         _fn(  # the clean cache on fresh tokens, made in the child; TransformerLens's patching module refused
@@ -679,12 +728,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("run_cache", (0, TOKENS[0])),
             ("logit_diff", None),
         ),
-        _fn(  # the weights of the judge's model; TransformerLens's own composition scores refused
-            "test_k_composition_scores",
-            "k_composition_scores",
-            ("hooked_course", ("05_full_gpt2", "DemoTransformer")),
-            ("int", (0, 0)),
-            ("int", (1, 1)),
+        *(
+            _fn(  # the weights of the judge's model; TransformerLens's own composition scores refused. Layer 0 into
+                # one of 2 and up, then one of 1 and up into a later one: no pair of layers written in matches both
+                # (red-team round 10: layers 0 and 1 whatever it was given had full marks)
+                "test_k_composition_scores",
+                "k_composition_scores",
+                ("hooked_course", ("05_full_gpt2", "DemoTransformer")),
+                earlier,
+                later,
+            )
+            for earlier, later in (
+                (("int", (0, 0)), ("int", (2, "n_layers-1"))),
+                (("int", (1, "n_layers-2")), ("later_layer", 1)),
+            )
         ),
         _fn(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it
             "test_logit_lens",
@@ -756,6 +813,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             script="padding_appended",
             compare="padding_appended",
         ),
+        Probe(  # encode and decode, which greedy decoding calls, on their own (right-padded, a drawn pad id)
+            "test_encoder_decoder",
+            "EncoderDecoder",
+            (("right_padded", ("batch", "src")), ("right_padded", ("batch", "pos"))),
+            config="encdec_pad",
+            output="dict",
+            script="encode_decode",
+        ),
         _fn(
             "test_seq2seq_loss",
             "seq2seq_loss",
@@ -767,6 +832,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="scalar",
             atol=1e-5,  # as seq2seq_loss_test
             keywords=("label_smoothing",),
+        ),
+        _fn(  # training runs backward() through the loss: its gradient with respect to the logits
+            "test_seq2seq_loss",
+            "seq2seq_loss",
+            ("float", ("batch", "pos", "d_vocab")),
+            ("padded_tokens", ("batch", "pos")),
+            ("dim", "pad_id"),
+            ("real", (0.0, 0.3)),
+            config="encdec_pad",
+            output="dict",
+            keywords=("label_smoothing",),
+            script="loss_gradient",
+            expect="script",
         ),
         _fn(
             "test_make_batch",
@@ -894,11 +972,13 @@ def _padded_generate_steps(course, model, prompts, new_tokens, eos, pad, n_ctx) 
     return padded_generate_steps(course.padded_generate, model, prompts, new_tokens, eos, pad, n_ctx)
 
 
-def _generate_distribution(course, model, tokens, max_new_tokens, eos_token_id, temperature, generator):
+def _generate_distribution(
+    course, model, tokens, max_new_tokens, eos_token_id, temperature, generator, top_k=None, top_p=None
+):
     """What `generate`'s one new token must be drawn from, for each of the SAMPLE_ROWS prompts the rows take in turn
     [SAMPLE_ROWS d_vocab]: the model's logits at the prompt's last position, at the temperature."""
     logits = model(tokens[:SAMPLE_ROWS, -model.cfg.n_ctx :])[:, -1]
-    return course.apply_temperature(logits, temperature).softmax(dim=-1)
+    return _sampling_distribution(course, logits, tokens[:SAMPLE_ROWS], temperature, top_k, top_p, 0.0, generator)
 
 
 EXPECTATIONS = {
@@ -939,6 +1019,7 @@ class Prepared:
     fed: bool = False
 
 
+TWIN = 50_000  # a probe's run on the job's second shape: "p<TWIN + i>"
 REPLICA = 10_000  # a replica's name: "p<k * REPLICA + i>", k = 1 (the same generator state), 2 (further on), 3 (after
 # a first call)
 
@@ -1024,10 +1105,10 @@ def _random_parameters(module, gen) -> None:
             param.copy_(values)
 
 
-def _beam_scores(shape: tuple[int, ...], gen, kind: str):
+def _beam_scores(shape: tuple[int, ...], gen, kind: str, eos: int = BEAM_EOS):
     from harness.sampling_checks import _ranked_scores
 
-    scores = _ranked_scores(gen, *shape, BEAM_EOS, BEAM_SCORES[kind])
+    scores = _ranked_scores(gen, *shape, eos, BEAM_SCORES[kind])
     if kind == "beam_scores_banned":  # one finite score in each of the first two rows, the rest -inf
         keep = scores[:2].argmax(-1)
         scores[:] = float("-inf")
@@ -1055,7 +1136,7 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
             rows.append(torch.cat([body, torch.full((run,), x)]))
         return torch.stack([*rows, torch.randint(0, 6, (pos,), generator=gen)])
     if kind in BEAM_SCORES:  # distinct scores whose <|endoftext|> (BEAM_EOS) candidates sit at chosen ranks
-        return _beam_scores(shape, gen, kind)
+        return _beam_scores(shape, gen, kind, cfg.get("beam_eos", BEAM_EOS))
     if kind == "cliff_logits":  # one token at probability 0.14-0.18 (at temperature 1), the others near 1/120 each
         # (logits spread over 0.3, all distinct): for k in 2-12, p in 0.3-0.9 and temperature in 0.85-1.15, top-p
         # over the top k keeps fewer tokens than top-k over the nucleus, which holds more than 12; the tokens only the
@@ -1127,6 +1208,43 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
     return values * (0.5 + 2 * torch.rand(shape[-1:], generator=gen)) + torch.randn(shape[-1:], generator=gen)
 
 
+def _size(value, dims: dict) -> int:
+    """A size of the probe table: a number, or a name of the job's config with an offset ("d_vocab-1")."""
+    if not isinstance(value, str):
+        return value
+    name, sign, offset = re.fullmatch(r"(\w+)(?:([+-])(\d+))?", value).groups()
+    return dims[name] + (int(offset) * (1 if sign == "+" else -1) if sign else 0)
+
+
+SIZES = ("d_model", "n_heads", "d_head", "d_mlp", "n_layers", "n_ctx", "d_vocab")
+JOB_VOCABS = (97, 101, 103, 107)  # the vocabularies and contexts a job's GPT-2 shape takes (`_job_config`)
+JOB_N_CTX = (12, 13, 14, 15)  # 12 or more: 06's addition problems of 3 digits are 12 tokens long
+
+
+def _job_config(unlike: dict | None = None) -> dict:
+    """The GPT-2 shape of one job, drawn afresh (secrets): every size different from the others, so that a
+    transposed or mixed-up dimension shows, and none known before (a split_heads hard-coded to 4 heads and a
+    score scaled by a hard-coded sqrt(10) had full marks while every job used SMALL: red-team round 10). d_model is
+    n_heads * d_head (GPT-2's checkpoints need it); n_layers 3 or 4, so that two layers of a composition vary; the
+    vocabulary between 97 and 107, whose probes' designs hold there."""
+    while True:
+        n_heads = 3 + secrets.randbelow(3)
+        d_head = 6 + secrets.randbelow(6)
+        cfg = {
+            **SMALL,
+            "n_heads": n_heads,
+            "d_head": d_head,
+            "d_model": n_heads * d_head,
+            "d_mlp": 2 * n_heads * d_head + 1 + 2 * secrets.randbelow(8),
+            "n_layers": 3 + secrets.randbelow(2),
+            "n_ctx": JOB_N_CTX[secrets.randbelow(len(JOB_N_CTX))],
+            "d_vocab": JOB_VOCABS[secrets.randbelow(len(JOB_VOCABS))],
+        }
+        sizes = [cfg[k] for k in ("d_model", "n_heads", "d_head", "d_mlp", "n_layers", "n_ctx", "d_vocab")]
+        if len(set(sizes)) == len(sizes) and (unlike is None or all(cfg[k] != unlike[k] for k in SIZES)):
+            return cfg
+
+
 def _randint(lo: int, hi: int, gen) -> int:
     import torch
 
@@ -1190,7 +1308,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind == "const":  # a constant the call takes as it is: True, False, "never"
         return param, {"value": param}
     if kind in ("int", "even"):
-        value = _randint(*param, gen)
+        value = _randint(*(_size(p, dims) for p in param), gen)
         value += value % 2 if kind == "even" else 0
         return value, {"value": value}
     if kind == "real":
@@ -1218,6 +1336,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         return Config(**fields), {"config": "Config", "fields": fields}
     if kind == "config":
         class_name, fields = CONFIGS[param or "gpt2"]
+        fields = dims["gpt2"] if (param or "gpt2") == "gpt2" else fields
         return getattr(harness, class_name)(**fields), {"config": class_name, "fields": dict(fields)}
     if kind == "generator":
         seed = _randint(0, 2**31, gen)
@@ -1243,7 +1362,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         lists = [[_randint(3, dims["d_vocab"] - 1, gen) for _ in range(n)] for n in lengths]
         return lists, {"ints": lists}
     if kind == "module":  # the learner's class in the child, the course's here; the same random weights
-        class_name, fields = CONFIGS["gpt2"]
+        class_name, fields = "Config", dims["gpt2"]
         reference = getattr(course, param)(getattr(harness, class_name)(**fields))
         _random_parameters(reference, gen)
         for k, v in reference.state_dict().items():
@@ -1254,24 +1373,25 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         notebook, class_name = param
         from harness.course import components
 
-        model = getattr(components(notebook), class_name)(Config(**SMALL))
-        return model, {"course_model": class_name, "notebook": notebook, "config": dict(SMALL)}
+        model = getattr(components(notebook), class_name)(Config(**dims["gpt2"]))
+        return model, {"course_model": class_name, "notebook": notebook, "config": dict(dims["gpt2"])}
     if kind in ("course_weights", "hooked_course"):  # the course's model with the judge's random weights
         notebook, class_name = param
         from harness.course import components
 
-        model = getattr(components(notebook), class_name)(Config(**SMALL))
+        model = getattr(components(notebook), class_name)(Config(**dims["gpt2"]))
         _random_parameters(model, gen)
         model.eval()
         for k, v in model.state_dict().items():
             tensors[f"{key}.w.{k}"] = v.detach().clone().contiguous()
-        spec = {"course_model": class_name, "notebook": notebook, "config": dict(SMALL), "weight_prefix": f"{key}.w."}
+        config = dict(dims["gpt2"])
+        spec = {"course_model": class_name, "notebook": notebook, "config": config, "weight_prefix": f"{key}.w."}
         if kind == "hooked_course":  # as the checks do: TransformerLens's HookedTransformer holding those weights
             from harness.interp import to_hooked_transformer
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
-    if kind in ("run_cache", "addition_key", "finishing_eos", "generate_eos"):
+    if kind in ("run_cache", "addition_key", "finishing_eos", "generate_eos", "later_layer"):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
         wide = param == "wide"  # batches large enough that draws from a few windows only show (`_windows_due`)
@@ -1312,7 +1432,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             fields["max_steps"] = fields["warmup_steps"]
         return getattr(course, name)(**fields), {"dataclass": name, "fields": fields}
     if kind == "hf_gpt2":  # a checkpoint of a longer context than the config's: W_pos is cropped to cfg.n_ctx
-        state = _hf_gpt2_state_dict({**SMALL, "n_ctx": SMALL["n_ctx"] + 1 + _randint(0, 8, gen)}, gen)
+        state = _hf_gpt2_state_dict({**dims["gpt2"], "n_ctx": dims["gpt2"]["n_ctx"] + 1 + _randint(0, 8, gen)}, gen)
         tensors.update({f"{key}.{k}": v for k, v in state.items()})
         return state, {"tensors": f"{key}."}
     if kind == "beam_case":  # one of the check's cases that separate beam search's mistakes, relabelled: its ids
@@ -1343,7 +1463,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             return value.clone(), {"tensor": key}
         return value, {"value": value}
     if kind in ("table_lm", "table_lm_eos"):
-        table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
         if kind == "table_lm_eos":  # the last id, <|endoftext|> in these probes, likely after every token: beams
             table[:, -1] += 1.5  # finish at several lengths, where the length penalty and the stopping rules decide
         tensors[key] = table
@@ -1351,32 +1471,33 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind == "kv_prefix_lm":  # 07's cached model as a stand-in the feeder serves (`probe_runner.kv_prefix_lm`)
         from instructor.probe_runner import kv_prefix_lm
 
-        table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
         tensors[key] = table
-        spec = {"kv_prefix_lm": key, "n_ctx": SMALL["n_ctx"], "d_vocab": SMALL["d_vocab"], "padded": bool(param)}
-        return kv_prefix_lm(table.clone(), SMALL["n_ctx"], bool(param)), spec
+        n_ctx, d_vocab = dims["gpt2"]["n_ctx"], dims["gpt2"]["d_vocab"]
+        spec = {"kv_prefix_lm": key, "n_ctx": n_ctx, "d_vocab": d_vocab, "padded": bool(param)}
+        return kv_prefix_lm(table.clone(), n_ctx, bool(param)), spec
     if kind == "prefix_lm":  # a model whose logits depend on the whole prefix (`probe_runner.prefix_lm`)
         from instructor.probe_runner import prefix_lm
 
-        table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
         tensors[key] = table
         return prefix_lm(table.clone()), {"prefix_lm": key}
     if kind == "chain_lm":  # a bigram model with every probability near 1/101: each token's successor 0.3 above
         # the rest (a chain through a random permutation), the rest spread by 0.05, so the best beam is clear
-        table = 0.05 * torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
-        successor = torch.randperm(SMALL["d_vocab"], generator=gen)
-        table[torch.arange(SMALL["d_vocab"]), successor] += 0.3
+        table = 0.05 * torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
+        successor = torch.randperm(dims["gpt2"]["d_vocab"], generator=gen)
+        table[torch.arange(dims["gpt2"]["d_vocab"]), successor] += 0.3
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
     if kind == "window_lm":  # a bigram model whose context is 4 positions, which refuses more
-        table = torch.randn((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen)
+        table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
         tensors[key] = table
         return table_lm(table.clone(), n_ctx=4), {"table_lm": key, "n_ctx": 4}
     if kind == "penalty_lm":  # a bigram model that prefers ids 0-5 (every "all_few_tokens" row holds each of them)
         # by 0.8 or more over every other id: under a frequency penalty of 1.5 or more, counted over the whole row,
         # the first new token of every row is another id; counted any other way (the prompt left out, the last
         # token only, no penalty) it is one of 0-5
-        table = torch.rand((SMALL["d_vocab"], SMALL["d_vocab"]), generator=gen) * 0.2
+        table = torch.rand((dims["gpt2"]["d_vocab"],) * 2, generator=gen) * 0.2
         table[:, :6] += 1.0
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
@@ -1385,20 +1506,20 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     return x, {"tensor": key}
 
 
-def _finishing_eos(course, model, prompts, pad: int) -> int:
+def _finishing_eos(course, model, prompts, pad: int, *, dims: dict) -> int:
     """For padded_generate: an end-of-text id that a prompt's greedy continuation (the first prompt's where it can)
     emits first at its second step or later while another row emits it later or never (rows then finish at
     different steps), else the id the first row emits second."""
     longest = len(prompts[0])  # the "uneven" prompts' first is the longest
     return _first_to_finish(
-        course.padded_generate(model, prompts, SMALL["n_ctx"] - longest, NEVER_EOS[0], pad)[:, longest:].tolist()
+        course.padded_generate(model, prompts, dims["n_ctx"] - longest, dims["d_vocab"], pad)[:, longest:].tolist()
     )
 
 
-def _generate_eos(course, model, tokens, new_tokens: int) -> int:
+def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict) -> int:
     """For generate: an end-of-text id that the greedy continuation of one row emits first at its second step or
     later while another row emits it later or never (`_first_to_finish`)."""
-    out = course.generate(model, tokens.clone(), new_tokens, eos_token_id=NEVER_EOS[0], top_k=1)
+    out = course.generate(model, tokens.clone(), new_tokens, eos_token_id=dims["d_vocab"], top_k=1)
     return _first_to_finish(out[:, tokens.shape[1] :].tolist())
 
 
@@ -1446,7 +1567,18 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
     course = components(notebook)
     seed = secrets.randbits(63)
     gen = torch.Generator().manual_seed(seed)
-    pos = 3 + secrets.randbelow(SMALL["n_ctx"] - 3)  # the sequence lengths change too
+    # Two GPT-2 shapes, every size of the second unlike the first's: every plain probe runs on the first, and the
+    # first plain probe of each test on the second as well, so that no constant written for one size passes a test
+    shapes = [_job_config()]
+    shapes.append(_job_config(unlike=shapes[0]))
+    shape_dims = [
+        {
+            "gpt2": job,
+            "pos": 3 + secrets.randbelow(job["n_ctx"] - 3),  # the sequence lengths change too
+        }
+        for job in shapes
+    ]
+    batch = 2 + secrets.randbelow(2)
     src = 2 + secrets.randbelow(10)
     warmup = 2 + secrets.randbelow(60)
     schedule = {
@@ -1460,102 +1592,115 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
     prepared = Prepared(folder, notebook, seed, {})
     tensors, entries = {}, []
     replicated: set[str] = set()  # a test's first seeded probe is run again elsewhere: one catches a kept result
+    twinned: set[str] = set()
     for i, probe in enumerate(PROBES[notebook]):
         if only is not None and probe.grade_id not in only:
             continue
-        name = f"p{i}"
-        class_name, cfg = CONFIGS[probe.config]
-        if probe.config == "gpt2_eps":
-            cfg = {**cfg, "layer_norm_eps": (100 + secrets.randbelow(901)) / 1000}
-        if probe.config == "encdec_pad":
-            cfg = {**cfg, "pad_id": 3 + secrets.randbelow(cfg["d_vocab"] - 3)}
-        seq_len = 2 + secrets.randbelow(5)
-        dims = {"batch": 2, "pos": pos, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
-        dims["ngram_rows"] = 4  # three rows built for the n-gram ban (runs of 1 to 3), one random
-        dims["padded_rows"] = 3
-        dims["short_pos"] = 2 + secrets.randbelow(SMALL["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
-        dims |= {**cfg, **schedule}
-        drawn = [
-            _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
-            for j, (kind, param) in enumerate(probe.args)
-        ]
-        for j, (kind, param) in enumerate(probe.args):
-            if kind == "run_cache":  # the cache of argument m (a HookedTransformer) on tokens, made here and there:
-                model_at, tokens = param  # tokens: another argument's index, or drawn for the cache alone
-                if isinstance(tokens, int):
-                    value, entry = drawn[tokens][0], {"run_cache": [model_at, tokens]}
+        runs = [(f"p{i}", 0)]
+        if probe.config in ("gpt2", "gpt2_eps") and not probe.script and probe.grade_id not in twinned:
+            twinned.add(probe.grade_id)
+            runs.append((f"p{TWIN + i}", 1))
+        for name, shape in runs:
+            class_name, cfg = CONFIGS[probe.config]
+            job = shapes[shape]
+            if probe.config in ("gpt2", "gpt2_eps"):
+                cfg = job
+            if probe.config == "gpt2_eps":
+                cfg = {**cfg, "layer_norm_eps": (100 + secrets.randbelow(901)) / 1000}
+            if probe.config == "encdec_pad":
+                cfg = {**cfg, "pad_id": 3 + secrets.randbelow(cfg["d_vocab"] - 3)}
+            seq_len = 2 + secrets.randbelow(5)
+            dims = {"batch": batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
+            dims |= shape_dims[shape]
+            dims["ngram_rows"] = 4  # three rows built for the n-gram ban (runs of 1 to 3), one random
+            dims["padded_rows"] = 3
+            dims["short_pos"] = 2 + secrets.randbelow(job["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
+            dims["beam_eos"] = secrets.randbelow(job["d_vocab"])  # each probe its own: no id written in passes them all
+            dims |= {**cfg, **schedule}
+            drawn = [
+                _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
+                for j, (kind, param) in enumerate(probe.args)
+            ]
+            for j, (kind, param) in enumerate(probe.args):
+                if kind == "run_cache":  # the cache of argument m (a HookedTransformer) on tokens, made here and there:
+                    model_at, tokens = param  # tokens: another argument's index, or drawn for the cache alone
+                    if isinstance(tokens, int):
+                        value, entry = drawn[tokens][0], {"run_cache": [model_at, tokens]}
+                    else:
+                        value, tokens_entry = _draw(*tokens, f"{name}.in{j}.tokens", dims, course, gen, tensors)
+                        entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
+                    with torch.no_grad():
+                        drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
+                if kind in ("finishing_eos", "generate_eos"):  # an id the course's model emits early in one row,
+                    finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
+                    drawn[j] = (finish(course, *(drawn[k][0] for k in param), dims=dims),)
+                    drawn[j] += ({"value": drawn[j][0]},)
+                if kind == "later_layer":  # a layer above argument `param`'s, up to the last
+                    later = drawn[param][0] + 1 + secrets.randbelow(dims["n_layers"] - 1 - drawn[param][0])
+                    drawn[j] = (later, {"value": later})
+                if kind == "addition_key":  # what the stand-in's problems are drawn with, besides the seed asked for
+                    key = secrets.randbits(62)
+                    drawn[j] = (key, {"value": key})
+            entry = {
+                "name": name,
+                "grade_id": probe.grade_id,
+                "target": probe.target,
+                "kind": "module" if probe.module else "function",
+                "output": probe.output,
+                "args": [json_entry for _, json_entry in drawn],
+                "keywords": list(probe.keywords),
+                "forbidden_ops": list(forbidden_ops(notebook, probe.target)),
+            }
+            if probe.script and not probe.module:
+                entry["script"] = probe.script  # the function is run through it, in the child as here
+            values = [_copy(value) for value, _ in drawn]
+            n_positional = len(values) - len(probe.keywords)
+            keywords = dict(zip(probe.keywords, values[n_positional:], strict=True))
+            values = values[:n_positional]
+            with torch.no_grad():
+                if probe.module:
+                    reference = getattr(course, probe.target)(getattr(harness, class_name)(**cfg))
+                    _random_parameters(reference, gen)
+                    reference.eval()
+                    for key, value in reference.state_dict().items():
+                        tensors[f"{name}.w.{key}"] = value.detach().clone().contiguous()
+                    entry.update(config=dict(cfg), config_class=class_name, weight_prefix=f"{name}.w.")
+                    if probe.script:
+                        entry["script"] = probe.script
+                        expected = SCRIPTS[probe.script](reference, *values, **keywords)
+                    else:
+                        expected = reference(*values, **keywords)
+                elif probe.expect == "script":
+                    expected = SCRIPTS[probe.script](getattr(course, probe.target), *values, **keywords)
+                elif probe.expect:
+                    expected = EXPECTATIONS[probe.expect](course, *values, **keywords)
                 else:
-                    value, tokens_entry = _draw(*tokens, f"{name}.in{j}.tokens", dims, course, gen, tensors)
-                    entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
-                with torch.no_grad():
-                    drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
-            if kind in ("finishing_eos", "generate_eos"):  # an id the course's model emits early in one row,
-                finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
-                drawn[j] = (finish(course, *(drawn[k][0] for k in param)),)
-                drawn[j] += ({"value": drawn[j][0]},)
-            if kind == "addition_key":  # what the stand-in's problems are drawn with, besides the seed asked for
-                key = secrets.randbits(62)
-                drawn[j] = (key, {"value": key})
-        entry = {
-            "name": name,
-            "grade_id": probe.grade_id,
-            "target": probe.target,
-            "kind": "module" if probe.module else "function",
-            "output": probe.output,
-            "args": [json_entry for _, json_entry in drawn],
-            "keywords": list(probe.keywords),
-            "forbidden_ops": list(forbidden_ops(notebook, probe.target)),
-        }
-        if probe.script and not probe.module:
-            entry["script"] = probe.script  # the function is run through it, in the child as here
-        values = [_copy(value) for value, _ in drawn]
-        n_positional = len(values) - len(probe.keywords)
-        keywords = dict(zip(probe.keywords, values[n_positional:], strict=True))
-        values = values[:n_positional]
-        with torch.no_grad():
-            if probe.module:
-                reference = getattr(course, probe.target)(getattr(harness, class_name)(**cfg))
-                _random_parameters(reference, gen)
-                reference.eval()
-                for key, value in reference.state_dict().items():
-                    tensors[f"{name}.w.{key}"] = value.detach().clone().contiguous()
-                entry.update(config=dict(cfg), config_class=class_name, weight_prefix=f"{name}.w.")
-                if probe.script:
-                    entry["script"] = probe.script
-                    expected = SCRIPTS[probe.script](reference, *values, **keywords)
-                else:
-                    expected = reference(*values, **keywords)
-            elif probe.expect == "script":
-                expected = SCRIPTS[probe.script](getattr(course, probe.target), *values, **keywords)
-            elif probe.expect:
-                expected = EXPECTATIONS[probe.expect](course, *values, **keywords)
+                    expected = getattr(course, probe.target)(*values, **keywords)
+                if probe.output == "param_groups":
+                    expected = param_group_decay(expected, values[0])
+            prepared.probes[name] = probe
+            if probe.script == "same_seed_twice" and probe.grade_id not in replicated:
+                replicated.add(probe.grade_id)
+                every = [*values, *keywords.values()]
+                replicas = _replicas(course, probe, name, i, entry, every, probe.keywords, tensors, prepared)
             else:
-                expected = getattr(course, probe.target)(*values, **keywords)
-            if probe.output == "param_groups":
-                expected = param_group_decay(expected, values[0])
-        prepared.probes[name] = probe
-        if probe.script == "same_seed_twice" and probe.grade_id not in replicated:
-            replicated.add(probe.grade_id)
-            every = [*values, *keywords.values()]
-            replicas = _replicas(course, probe, name, i, entry, every, probe.keywords, tensors, prepared)
-        else:
-            replicas = []
-        if probe.output == "tuple" and not probe.expect:
-            expected = {str(i): value for i, value in enumerate(expected)}
-        if probe.expect in ("segment_rules", "train_batches", "addition_run"):
-            prepared.expected[name] = expected
-        elif probe.expect == "sampling_orders" or probe.output in ("dict", "tuple"):
-            prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
-        elif probe.output in ("scalar", "loss"):
-            prepared.expected[name] = float(expected)
-        elif probe.output == "int":
-            prepared.expected[name] = int(expected)
-        else:
-            prepared.expected[name] = expected.detach().clone()
-        entries.append(entry)
-        for replica in replicas:
-            prepared.expected[replica["name"]] = prepared.expected[name]
-            entries.append(replica)
+                replicas = []
+            if probe.output == "tuple" and not probe.expect:
+                expected = {str(i): value for i, value in enumerate(expected)}
+            if probe.expect in ("segment_rules", "train_batches", "addition_run"):
+                prepared.expected[name] = expected
+            elif probe.expect == "sampling_orders" or probe.output in ("dict", "tuple"):
+                prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
+            elif probe.output in ("scalar", "loss"):
+                prepared.expected[name] = float(expected)
+            elif probe.output == "int":
+                prepared.expected[name] = int(expected)
+            else:
+                prepared.expected[name] = expected.detach().clone()
+            entries.append(entry)
+            for replica in replicas:
+                prepared.expected[replica["name"]] = prepared.expected[name]
+                entries.append(replica)
     tensors = {k: v.contiguous() for k, v in tensors.items()}
     save_file(tensors, str(folder / "probes.safetensors"))
     (folder / REQUEST).write_text(json.dumps({"files": ["probes.safetensors"], "probes": entries}, indent=1))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import math
 import re
 
 from instructor.course import cell_kind, cell_source, nbgrader_meta
@@ -189,9 +190,56 @@ def _only_fills(body: list[ast.stmt]) -> bool:
 _NOT_PLAIN = frozenset({"exec", "eval", "compile", "__import__", "open", "input", "breakpoint", "globals", "vars"})
 
 
+MAX_TABLE_STEPS = 100_000  # the most iterations a kept loop that computes a table may have, its inner loops' included
+
+
+def _steps(node: ast.AST) -> int | None:
+    """How many items `node` yields, where that is written in the code itself: `range` of constants (`1 << 10`
+    included), a literal table, and `enumerate`, `reversed`, `sorted`, `zip`, `itertools.product` of those. None
+    otherwise."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return len(node.elts)
+    if not isinstance(node, ast.Call) or node.keywords:
+        return None
+    name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+    if name == "range" and isinstance(node.func, ast.Name):
+        values = [_constant_int(arg) for arg in node.args]
+        return len(range(*values)) if values and None not in values and len(values) <= 3 and values[-1] else None
+    parts = [_steps(arg) for arg in node.args]
+    if not parts or None in parts:
+        return None
+    if name in ("enumerate", "reversed", "sorted") and len(parts) == 1:
+        return parts[0]
+    if name == "zip":
+        return min(parts)
+    if name == "product":
+        return math.prod(parts)
+    return None
+
+
+def _constant_int(node: ast.AST) -> int | None:
+    """An int written with constants and + - * // << only (`3 << 10`), if it stays below 2**40."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        value = node.value
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _constant_int(node.operand)
+        value = None if inner is None else -inner
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.LShift)):
+        left, right = _constant_int(node.left), _constant_int(node.right)
+        if left is None or right is None or (isinstance(node.op, ast.LShift) and not 0 <= right < 40):
+            return None
+        if isinstance(node.op, ast.FloorDiv) and right == 0:
+            return None
+        ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__, ast.FloorDiv: int.__floordiv__}
+        value = left << right if isinstance(node.op, ast.LShift) else ops[type(node.op)](left, right)
+    else:
+        return None
+    return value if abs(value) < 2**40 else None
+
+
 def _computes_a_table(loop: ast.For, data: set[str], modules: frozenset[str]) -> bool:
-    """A top-level loop over anything (`range(256)`, `itertools.product(...)`) that only computes entries of a table
-    the cell wrote: its statements fill such a table in (`T[i] = ...`, `T.append(...)`), bind scratch names, branch
+    """A top-level loop over a range of constants (`range(256)`, `itertools.product(...)` of such, at most
+    MAX_TABLE_STEPS steps with its inner loops) that only computes entries of a table the cell wrote: its statements fill such a table in (`T[i] = ...`, `T.append(...)`), bind scratch names, branch
     or loop the same way, and every call in it is a builtin's, a module's function (`math.exp`, `torch.tensor`) or a
     fill of the table. It calls nothing of the notebook's and no method of any other object, so it cannot train,
     step or evaluate a model: it only does what the learner's kernel did once (an honest table of constants filled
@@ -212,13 +260,18 @@ def _computes_a_table(loop: ast.For, data: set[str], modules: frozenset[str]) ->
             return False
         return all(plain_call(n) for n in ast.walk(node) if isinstance(n, ast.Call))
 
-    def walks_a_known(loop: ast.For) -> bool:
-        """The iterable is made of the cell's own values, modules and builtins (`range(len(T))`), not an object of
-        elsewhere, whose iteration could run anything (a data loader)."""
-        names = {n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)}
-        return plain(loop.iter) and plain(loop.target) and names <= data | modules | _BUILTINS | targets
+    steps = [1]  # iterations so far: the outer loop's times every inner one's
 
-    targets: set[str] = set()  # the enclosing loops' variables
+    def walks_a_known(loop: ast.For) -> bool:
+        """The iterable's length is written in the code (`range(1, 1025)`, `itertools.product(range(4), (0, 1))`)
+        and bounded: not an object of elsewhere, whose iteration could run anything (a data loader), nor a loop of a
+        million steps that fills memory (it ran, and killed, in the learner's kernel once; not again in every
+        phase of the judge's child)."""
+        count = _steps(loop.iter)
+        if count is None or not plain(loop.target):
+            return False
+        steps[0] *= max(count, 1)
+        return steps[0] <= MAX_TABLE_STEPS
 
     def body_ok(body: list[ast.stmt]) -> bool:
         nonlocal filled
@@ -226,7 +279,6 @@ def _computes_a_table(loop: ast.For, data: set[str], modules: frozenset[str]) ->
             if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
                 continue
             if isinstance(stmt, ast.For) and walks_a_known(stmt):
-                targets.update(n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name))
                 if body_ok(stmt.body + stmt.orelse):
                     continue
                 return False
@@ -245,10 +297,7 @@ def _computes_a_table(loop: ast.For, data: set[str], modules: frozenset[str]) ->
                 return False
         return True
 
-    if not walks_a_known(loop):
-        return False
-    targets.update(n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name))
-    return body_ok(loop.body + loop.orelse) and filled
+    return walks_a_known(loop) and body_ok(loop.body + loop.orelse) and filled
 
 
 def _definitions_in(

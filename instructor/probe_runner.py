@@ -17,6 +17,7 @@ code, pickles plain rows of bytes to the child.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -846,6 +847,9 @@ def _posing_as_annotated(model, target, at: int, namespace: dict):
     return model
 
 
+_TRAINS_ITS_MODEL = frozenset({"trained_weights", "train_batches", "addition_run"})  # training changes its model
+
+
 def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     import torch
 
@@ -886,6 +890,15 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
             for j, value in enumerate(full)
             if "tensors" in specs[j] and type(value) is dict
         ]
+        # ... and the models and lists it gave, but to a training loop (red-team round 10: a recompute_pattern that
+        # folded 1/sqrt(d_head) into the module's W_Q once, and a make_batch that appended EOS to the caller's
+        # lists, returned right answers and broke what they were given, with full marks)
+        given_models = [
+            (j, {key: t.detach().clone() for key, t in value.state_dict().items()})
+            for j, value in enumerate(full)
+            if isinstance(value, torch.nn.Module) and script not in _TRAINS_ITS_MODEL
+        ]
+        given_lists = [(j, copy.deepcopy(value)) for j, value in enumerate(full) if "ints" in specs[j]]
         keywords = dict(zip(names, full[len(full) - len(names) :], strict=True))
         positional = full[: len(full) - len(names)]
         fn = build_module(probe["target"], target, probe, tensors) if probe["kind"] == "module" else target
@@ -904,6 +917,21 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
                 raise ProbeError(
                     f"{probe['target']} changed the state dict it was given (argument {j + 1}): read it, build a "
                     "new one (no pop, no del, no in-place change)"
+                )
+        for j, before in given_models:
+            now = {key: t.detach() for key, t in full[j].state_dict().items()}
+            changed = [key for key, t in before.items() if key not in now or not torch.equal(now[key], t)]
+            if changed or set(now) != set(before):
+                raise ProbeError(
+                    f"{probe['target']} changed the model it was given (argument {j + 1}) in place"
+                    + (f", e.g. its {changed[0]}" if changed else "")
+                    + ": leave its weights as they are and compute into new tensors"
+                )
+        for j, before in given_lists:
+            if full[j] != before:
+                raise ProbeError(
+                    f"{probe['target']} changed the lists it was given (argument {j + 1}) in place: build new ones "
+                    "(list + [x], not .append or .insert on the caller's)"
                 )
         for j, spec in enumerate(specs):  # a HookedTransformer the judge made: no hook left on it
             if spec.get("hooked"):
@@ -1459,6 +1487,36 @@ def embed_and_unembed(model, tokens, x) -> dict:
     return {"forward": model(tokens), "unembed": unembed(x)}
 
 
+def loss_gradient(loss, logits, *args, **kwargs) -> dict:
+    """A loss ("loss") and its gradient with respect to the logits ("grad"): the value alone let a loss computed
+    in NumPy, or rebuilt from `.item()`, through, which `backward()` cannot run through (red-team round 10)."""
+    import torch
+
+    x = logits.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        value = loss(x, *args, **kwargs)
+        if not isinstance(value, torch.Tensor) or not value.requires_grad or value.dim() != 0:
+            raise ProbeError(
+                "the loss is not a 0-d tensor that backward() can run through to the logits: compute it with torch "
+                "operations on the logits (no .item(), NumPy or a new tensor built from numbers)"
+            )
+        (grad,) = torch.autograd.grad(value, x, allow_unused=True)
+    if grad is None:
+        raise ProbeError("the loss does not depend on the logits: backward() gives them no gradient")
+    return {"loss": value.detach(), "grad": grad}
+
+
+def encode_decode(model, src, tgt) -> dict:
+    """An encoder-decoder's two halves called as greedy decoding calls them: `model.encode(src)` ("memory") and
+    `model.decode(tgt, memory, src)` ("logits"). Judging `forward` alone let an encode that skipped the encoder's
+    layers and a decode that ignored the memory through, with `forward` computed apart (red-team round 10)."""
+    for name in ("encode", "decode"):
+        if not callable(getattr(model, name, None)):
+            raise ProbeError(f"the model has no method `{name}`: keep the one the notebook asks for")
+    memory = model.encode(src)
+    return {"memory": memory, "logits": model.decode(tgt, memory, src)}
+
+
 def padding_appended(model, src, tgt, pad: int) -> dict:
     """An encoder-decoder on right-padded `src` and `tgt` ("logits"), then with two more padding columns on each
     ("more_padding", at the first tgt positions): padding that is masked out changes nothing."""
@@ -1488,6 +1546,8 @@ SCRIPTS = {
     "initial_stats": initial_stats,
     "embed_and_unembed": embed_and_unembed,
     "padding_appended": padding_appended,
+    "encode_decode": encode_decode,
+    "loss_gradient": loss_gradient,
 }
 
 

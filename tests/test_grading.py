@@ -1104,9 +1104,10 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
     # torch.allclose, math.pi, print(i), the `while`, the loops over a range, a loader and a name bound to a range
     # (a training run in an added cell would run in every phase), print(C)
     assert len(dropped) == 8, dropped
-    # ... a loop over a range or anything else that only computes a table's entries with builtins and modules'
-    # functions (an honest table filled in by `for i in range(...)` lost its points while every such loop was dropped);
-    # not one that calls the notebook's functions, a method of another object, or fills nothing
+    # ... a loop over a range of constants that only computes a table's entries with builtins and modules' functions
+    # (an honest table filled in by `for i in range(...)` lost its points while every such loop was dropped); not
+    # one that calls the notebook's functions, a method of another object, fills nothing, or runs 100,000 steps or
+    # more (a page-by-page fill of 3 GB of shared memory, which killed the kernel, then killed the judge's child)
     code = (
         "import itertools\nimport math\nimport torch\nT = torch.zeros(8)\nPAIRS = []\nLOSSES = []\n"
         "for i in range(8):\n    x = i / 7\n    if i % 2:\n        T[i] = math.exp(-x)\n    else:\n"
@@ -1117,11 +1118,13 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
         "for i in range(3):\n    LOSSES.append(x.item())\n"
         "for i in range(3):\n    print(i)\n"
         "for i in range(3):\n    LOSSES.append(eval('1'))\n"
+        "for i in range(0, 3 << 30, 4096):\n    T[i] = 1\n"  # 786,432 steps: a memory fill, not a table
+        "for i in range(len(PAIRS)):\n    LOSSES.append(i)\n"  # a length not written in the code
     )
     tree, dropped = definitions_only(ast.parse(code))
     kept = ast.unparse(tree)
     assert "T[i] = math.exp(-x)" in kept and "PAIRS.append((a, b))" in kept, kept
-    assert "LOSSES.append" not in kept and "print" not in kept and len(dropped) == 5, dropped
+    assert "LOSSES.append" not in kept and "print" not in kept and "3 << 30" not in kept and len(dropped) == 7, dropped
     namespace = {}
     exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
     assert math.isclose(namespace["T"][3].item(), math.exp(-3 / 7), rel_tol=1e-6)

@@ -189,7 +189,8 @@ def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
     assert first.seed != second.seed
     a = probe_runner.load_request(str(first.folder))["tensors"]
     b = probe_runner.load_request(str(second.folder))["tensors"]
-    assert a.keys() == b.keys() == {"p0.in0", "p0.w.w", "p0.w.b"}
+    twin = f"p{judge.TWIN}"  # the same probe on the job's second GPT-2 shape
+    assert a.keys() == b.keys() == {"p0.in0", "p0.w.w", "p0.w.b", f"{twin}.in0", f"{twin}.w.w", f"{twin}.w.b"}
     for key in a:
         assert a[key].shape != b[key].shape or not torch.equal(a[key], b[key]), key
     # the expected outputs are never written for the sandbox: only the inputs and the weights
@@ -475,6 +476,29 @@ MISTAKES = [
         "next_token = sample_next_token(logits, tokens, **sampling)  # [batch]",
         "next_token = sample_next_token(logits[:1].expand_as(logits), tokens[:1].expand_as(tokens), **sampling)",
         ("the draws for input row 1", "differs from the course's generate"),  # its greedy probe has two prompts too
+    ),
+    (  # the right batch, EOS appended to the caller's own target lists (red-team round 10: full marks)
+        "09_encoder_decoder",
+        "test_make_batch",
+        "    tgt_out = pad([y + [cfg.eos_id] for y in targets])  # [batch tgt]: what it must predict, one step ahead\n",
+        (
+            "    for y in targets:\n        y.append(cfg.eos_id)\n"
+            "    tgt_out = pad(targets)  # [batch tgt]: what it must predict, one step ahead\n"
+        ),
+        "changed the lists it was given",
+    ),
+    (  # the right pattern, 1/sqrt(d_head) folded into the module's own W_Q and b_Q (red-team round 10: full marks)
+        "08_interpretability",
+        "test_recompute_pattern",
+        "    scores = q @ k.transpose(-1, -2) / math.sqrt(attn.cfg.d_head)  # [batch n_heads query key]\n",
+        (
+            "    with torch.no_grad():\n"
+            "        attn.W_Q.mul_(1 / math.sqrt(attn.cfg.d_head))\n"
+            "        attn.b_Q.mul_(1 / math.sqrt(attn.cfg.d_head))\n"
+            "    q = einops.einsum(normalized_resid_pre, attn.W_Q, to_heads) + attn.b_Q[:, None]\n"
+            "    scores = q @ k.transpose(-1, -2)  # [batch n_heads query key]\n"
+        ),
+        "changed the model it was given (argument 1) in place",
     ),
     (  # the right distribution, drawn without the generator it was given: a seed no longer reproduces a run
         "07_sampling_and_kv_cache",
@@ -917,7 +941,7 @@ MISTAKES = [
         "test_convert_hf_gpt2_state_dict",
         '"unembed.W_U": hf["lm_head.weight"].T,',
         '"unembed.W_U": hf["lm_head.weight"],',
-        "['unembed.W_U'] has shape [101, 40], expected [40, 101]",
+        "['unembed.W_U'] has shape [",  # [d_vocab, d_model] of the job's shape
     ),
     (
         "05_full_gpt2",
@@ -1280,8 +1304,9 @@ def test_the_judges_inputs_separate_each_filter_and_penalty_mistake_on_every_dra
     """The inputs the judge draws for min-p and the repetition penalty are built so that the usual mistakes give
     another output on every draw, not on most (a threshold on the wrong scale; a penalty applied the wrong way)."""
     course = components("07_sampling_and_kv_cache")
-    cfg, neg_inf = dict(judge.SMALL), float("-inf")
-    for seed in range(300):
+    neg_inf = float("-inf")
+    for seed in range(300):  # on every shape a job may draw
+        cfg = dict(judge.SMALL, d_vocab=judge.JOB_VOCABS[seed % 4], n_ctx=judge.JOB_N_CTX[seed // 4 % 4])
         gen = torch.Generator().manual_seed(seed)
         logits = judge._random_input("graded_logits", (2, cfg["d_vocab"]), cfg, gen)
         min_p = 0.02 + 0.48 * float(torch.rand((), generator=gen))
@@ -1308,8 +1333,8 @@ def test_the_judges_cliff_logits_separate_the_order_of_top_k_and_top_p_on_every_
     that the course's order (top-k, then top-p) removes, holding 2.5% or more of that order's probability: 4,000
     draws then show one (all missed about once in 10^44)."""
     course = components("07_sampling_and_kv_cache")
-    cfg = dict(judge.SMALL)
-    for seed in range(300):
+    for seed in range(300):  # on every vocabulary a job may draw
+        cfg = dict(judge.SMALL, d_vocab=judge.JOB_VOCABS[seed % 4])
         gen = torch.Generator().manual_seed(seed)
         logits = judge._random_input("cliff_logits", (1, cfg["d_vocab"]), cfg, gen)
         for temperature in (0.85, 1.0, 1.15):
@@ -1589,6 +1614,112 @@ def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, 
     assert any(c in verdict["message"] for c in ((cause,) if isinstance(cause, str) else cause)), verdict
 
 
+# Red-team round 10: wrong code the judge's fixed inputs could not tell from right code (one GPT-2 shape for every
+# job, a batch of two, top_k=1 only, one end-of-text id, layers 0 and 1, forward alone, a loss's value alone). Each
+# runs in several jobs: a constant that one job's shapes happen to match must fail the next.
+FIXED_INPUT_MISTAKES = {
+    "split_heads with 4 heads written in": (
+        "00_tour",
+        "test_split_heads",
+        [('d_head", n_heads=n_heads)', 'd_head", n_heads=4)')],
+    ),
+    "attention scores over a written-in sqrt(10)": (
+        "03_attention",
+        "test_attention_scores",
+        [("    return scores / math.sqrt(q.shape[-1])\n", "    return scores / math.sqrt(10)\n")],
+    ),
+    "select_beams with the end-of-text id 3 written in": (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        [
+            (
+                "    ends = (candidates % d_vocab == eos_token_id) | last_step",
+                "    ends = (candidates % d_vocab == 3) | last_step",
+            )
+        ],
+    ),
+    "generate greedy whatever top_k, top_p ignored": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        [
+            (
+                "next_token = sample_next_token(logits, tokens, **sampling)  # [batch]",
+                (
+                    "next_token = (logits.argmax(dim=-1) if sampling.get('top_k') else sample_next_token(logits, "
+                    "tokens, **{k: v for k, v in sampling.items() if k != 'top_p'}))"
+                ),
+            )
+        ],
+    ),
+    "k_composition_scores of layers 0 and 1 whatever it is given": (
+        "08_interpretability",
+        "test_k_composition_scores",
+        [
+            (
+                "    W_OV = model.W_V[earlier] @ model.W_O[earlier]",
+                "    earlier, later = 0, 1\n    W_OV = model.W_V[earlier] @ model.W_O[earlier]",
+            )
+        ],
+    ),
+    "greedy_generate that squeezes the batch away": (
+        "05_full_gpt2",
+        "test_greedy_generate",
+        [
+            (
+                "        logits = model(tokens)  # [batch pos d_vocab]",
+                "        logits = model(tokens).squeeze()  # [batch pos d_vocab]",
+            )
+        ],
+    ),
+    "cross_entropy_loss through NumPy": (
+        "05_full_gpt2",
+        "test_cross_entropy_loss",
+        [("    return -correct.mean()\n", "    return torch.tensor(-correct.detach().numpy().mean())\n")],
+    ),
+    "masked_lm_loss rebuilt from .item()": (
+        "06_training",
+        "test_masked_lm_loss",
+        [
+            (
+                "    return -correct[target_mask].mean()\n",
+                "    return torch.tensor(-correct[target_mask].mean().item())\n",
+            )
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(FIXED_INPUT_MISTAKES))
+def test_wrong_code_that_matched_the_judges_fixed_inputs_fails_every_job(mistake, tmp_path):
+    notebook, grade_id, replacements = FIXED_INPUT_MISTAKES[mistake]
+    namespace = course_with_each(notebook, replacements)
+    for job in range(3):
+        verdict = verdict_of(notebook, grade_id, namespace, tmp_path / str(job))
+        assert not verdict["passed"], (job, verdict)
+
+
+def test_encode_and_decode_are_judged_on_their_own(tmp_path):
+    """An encode that skips the encoder's layers and a decode that ignores the memory, with a forward of its own
+    computed right (red-team round 10: full marks while forward alone was probed)."""
+    source = component_source("09_encoder_decoder")
+    start = source.index("    def encode(self")
+    end = source.index("        return self.decode(tgt_in, self.encode(src), src)\n")
+    right = source[start:end]
+    wrong = (
+        right.replace("    def encode(self", "    def _encode_right(self", 1).replace(
+            "    def decode(\n", "    def _decode_right(\n", 1
+        )
+        + "        return self._decode_right(tgt_in, self._encode_right(src), src)\n\n"
+        "    def encode(self, src):\n        return self.embed(src)\n\n"
+        "    def decode(self, tgt_in, memory, src):\n        return self.embed.unembed(self.embed(tgt_in))\n"
+    )
+    namespace = course_with_each(
+        "09_encoder_decoder", [(right + "        return self.decode(tgt_in, self.encode(src), src)\n", wrong)]
+    )
+    verdict = verdict_of("09_encoder_decoder", "test_encoder_decoder", namespace, tmp_path)
+    assert not verdict["passed"] and "memory" in verdict["message"], verdict
+
+
 def test_the_judges_beam_cases_separate_every_named_beam_search_mistake():
     """The judge's beam_search probes are the check's separating cases, relabelled (which changes no answer): each
     mistake the check names gives another answer than transformers' on at least one of them, on every draw."""
@@ -1839,14 +1970,18 @@ def test_scalars_and_dicts_go_as_json_and_tensors_only(tmp_path):
     prepared = judge.prepare("06_training", tmp_path / "job")
     request = probe_runner.load_request(str(prepared.folder))
     lr = [p for p in request["probes"] if p["target"] == "lr_at"]
-    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 8
+    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 9  # 8, and the first on the second shape
     fields = lr[0]["args"][1]
     assert fields["dataclass"] == "TrainingArgs" and set(fields["fields"]) == set(judge.LR_FIELDS)
     # the expected loss is nowhere in the request (the rates are made of its numbers: lr itself at the warm-up's end)
     text = (prepared.folder / probe_runner.REQUEST).read_text()
-    loss = [name for name, probe in prepared.probes.items() if probe.target == "masked_lm_loss"]
-    assert len(loss) == 1 and f"{prepared.expected[loss[0]]:.6g}"[:6] not in text
-    assert all(not key.startswith(loss[0] + ".out") for key in request["tensors"])
+    loss = [
+        name for name, probe in prepared.probes.items() if probe.target == "masked_lm_loss" and probe.output == "loss"
+    ]
+    assert len(loss) == 2  # on each of the job's two shapes
+    for name in loss:
+        assert f"{prepared.expected[name]:.6g}"[:6] not in text
+        assert all(not key.startswith(name + ".out") for key in request["tensors"])
 
 
 def test_arguments_the_check_passes_by_keyword_go_by_keyword(tmp_path):
