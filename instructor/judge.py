@@ -870,6 +870,22 @@ PROBES: dict[str, tuple[Probe, ...]] = {
 }
 
 
+def _with_gradients(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
+    """`probes`, and for each test's first plain module probe the same call's gradients too: a module is trained
+    through its parameters, so its output alone is not the exercise (an Embed that looked up its table through
+    NumPy gave the right values and no gradient, red-team round 10; `probe_runner.parameter_gradient`)."""
+    seen: set[str] = set()
+    more = []
+    for probe in probes:
+        if probe.module and not probe.script and probe.grade_id not in seen:
+            seen.add(probe.grade_id)
+            more.append(replace(probe, output="dict", script="parameter_gradient"))
+    return (*probes, *more)
+
+
+PROBES = {notebook: _with_gradients(probes) for notebook, probes in PROBES.items()}
+
+
 def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator):
     """What `sample_next_token` must draw from, for each of the SAMPLE_ROWS rows the probe's rows take in turn
     [SAMPLE_ROWS d_vocab]: the course's filters in its order."""

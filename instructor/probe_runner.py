@@ -1487,6 +1487,32 @@ def embed_and_unembed(model, tokens, x) -> dict:
     return {"forward": model(tokens), "unembed": unembed(x)}
 
 
+def parameter_gradient(model, *args, **kwargs) -> dict:
+    """A module's output ("output") and the gradient of its parameters ("grad.<name>") for a fixed random cotangent
+    of the output's shape (every parameter the judge's weights fill in, zeros where none reaches it): what training
+    needs from a module besides its values."""
+    import torch
+
+    with torch.enable_grad():
+        out = model(*args, **kwargs)
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            raise ProbeError("the module's output is not a floating-point tensor")
+        params = dict(model.named_parameters())
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026), dtype=out.dtype)
+        if not out.requires_grad:
+            raise ProbeError(
+                "no gradient reaches the module's parameters from its output: compute it with torch operations on "
+                "its parameters (no NumPy, .item(), .detach() or a tensor rebuilt from numbers)"
+            )
+        trained = {name: p for name, p in params.items() if p.requires_grad}  # a frozen one gets no gradient
+        grads = torch.autograd.grad((out * cotangent).sum(), list(trained.values()), allow_unused=True)
+    got = dict(zip(trained, grads, strict=True))
+    result = {"output": out.detach()}
+    for name, param in params.items():
+        result[f"grad.{name}"] = torch.zeros_like(param) if got.get(name) is None else got[name]
+    return result
+
+
 def loss_gradient(loss, logits, *args, **kwargs) -> dict:
     """A loss ("loss") and its gradient with respect to the logits ("grad"): the value alone let a loss computed
     in NumPy, or rebuilt from `.item()`, through, which `backward()` cannot run through (red-team round 10)."""
@@ -1548,6 +1574,7 @@ SCRIPTS = {
     "padding_appended": padding_appended,
     "encode_decode": encode_decode,
     "loss_gradient": loss_gradient,
+    "parameter_gradient": parameter_gradient,
 }
 
 

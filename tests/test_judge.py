@@ -1676,6 +1676,26 @@ FIXED_INPUT_MISTAKES = {
         "test_cross_entropy_loss",
         [("    return -correct.mean()\n", "    return torch.tensor(-correct.detach().numpy().mean())\n")],
     ),
+    "Embed looked up through NumPy": (
+        "02_embeddings",
+        "test_embed",
+        [
+            (
+                "        return self.W_E[tokens]\n",
+                "        return torch.from_numpy(self.W_E.detach().numpy()[tokens.numpy()])\n",
+            )
+        ],
+    ),
+    "MLP whose hidden layer is detached": (
+        "04_mlp_and_block",
+        "test_mlp",
+        [
+            (
+                "        post = gelu_new(pre)\n",
+                "        post = gelu_new(pre).detach()  # W_in and b_in get no gradient\n",
+            )
+        ],
+    ),
     "masked_lm_loss rebuilt from .item()": (
         "06_training",
         "test_masked_lm_loss",
