@@ -338,7 +338,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             # course's loop, replayed on the problems of those seeds, trained the weights and losses it returned
             "test_train_addition",
             "train_addition",
-            ("course_weights", ("05_full_gpt2", "DemoTransformer")),
+            ("course_weights", ("05_full_gpt2", "DemoTransformer", 1)),  # one layer: the loop is judged
             ("train_args", None),
             ("int", (1, 3)),
             ("addition_key", None),
@@ -353,7 +353,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             # weights of the probe below differ too)
             "test_train",
             "train",
-            ("course_weights", ("05_full_gpt2", "DemoTransformer")),
+            ("course_weights", ("05_full_gpt2", "DemoTransformer", 1)),  # one layer: the loop is judged
             ("tokens", (64, "n_ctx")),
             ("tokens", (16, "n_ctx")),
             ("train_args", "wide"),
@@ -366,7 +366,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             # a batch gives the same batches: the trained weights must match the course's loop, whatever the order
             "test_train",
             "train",
-            ("course_weights", ("05_full_gpt2", "DemoTransformer")),
+            ("course_weights", ("05_full_gpt2", "DemoTransformer", 1)),  # one layer: the loop is judged
             ("repeated", ("tokens", ("n_ctx",))),
             ("repeated", ("tokens", ("n_ctx",))),
             ("train_args", None),
@@ -734,13 +734,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 # (red-team round 10: layers 0 and 1 whatever it was given had full marks)
                 "test_k_composition_scores",
                 "k_composition_scores",
-                ("hooked_course", ("05_full_gpt2", "DemoTransformer")),
+                ("hooked_course", ("05_full_gpt2", "DemoTransformer", 4)),  # four layers
                 earlier,
                 later,
             )
             for earlier, later in (
-                (("int", (0, 0)), ("int", (2, "n_layers-1"))),
-                (("int", (1, "n_layers-2")), ("later_layer", 1)),
+                (("int", (0, 0)), ("int", (2, 3))),
+                (("int", (1, 2)), ("later_layer", (1, 3))),
             )
         ),
         _fn(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it
@@ -1241,8 +1241,9 @@ def _job_config(unlike: dict | None = None) -> dict:
     """The GPT-2 shape of one job, drawn afresh (secrets): every size different from the others, so that a
     transposed or mixed-up dimension shows, and none known before (a split_heads hard-coded to 4 heads and a
     score scaled by a hard-coded sqrt(10) had full marks while every job used SMALL: red-team round 10). d_model is
-    n_heads * d_head (GPT-2's checkpoints need it); n_layers 3 or 4, so that two layers of a composition vary; the
-    vocabulary between 97 and 107, whose probes' designs hold there."""
+    n_heads * d_head (GPT-2's checkpoints need it); 2 or 3 layers (the composition scores' model has 4, the
+    training loops' 1: `_draw`'s "course_weights"); the vocabulary between 97 and 107, whose probes' designs hold
+    there."""
     while True:
         n_heads = 3 + secrets.randbelow(3)
         d_head = 6 + secrets.randbelow(6)
@@ -1252,7 +1253,7 @@ def _job_config(unlike: dict | None = None) -> dict:
             "d_head": d_head,
             "d_model": n_heads * d_head,
             "d_mlp": 2 * n_heads * d_head + 1 + 2 * secrets.randbelow(8),
-            "n_layers": 3 + secrets.randbelow(2),
+            "n_layers": 2 + secrets.randbelow(2),
             "n_ctx": JOB_N_CTX[secrets.randbelow(len(JOB_N_CTX))],
             "d_vocab": JOB_VOCABS[secrets.randbelow(len(JOB_VOCABS))],
         }
@@ -1392,16 +1393,16 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         model = getattr(components(notebook), class_name)(Config(**dims["gpt2"]))
         return model, {"course_model": class_name, "notebook": notebook, "config": dict(dims["gpt2"])}
     if kind in ("course_weights", "hooked_course"):  # the course's model with the judge's random weights
-        notebook, class_name = param
+        notebook, class_name, *layers = param  # layers: the job's shape with this many layers
         from harness.course import components
 
-        model = getattr(components(notebook), class_name)(Config(**dims["gpt2"]))
+        shape = dict(dims["gpt2"], n_layers=layers[0]) if layers else dims["gpt2"]
+        model = getattr(components(notebook), class_name)(Config(**shape))
         _random_parameters(model, gen)
         model.eval()
         for k, v in model.state_dict().items():
             tensors[f"{key}.w.{k}"] = v.detach().clone().contiguous()
-        config = dict(dims["gpt2"])
-        spec = {"course_model": class_name, "notebook": notebook, "config": config, "weight_prefix": f"{key}.w."}
+        spec = {"course_model": class_name, "notebook": notebook, "config": shape, "weight_prefix": f"{key}.w."}
         if kind == "hooked_course":  # as the checks do: TransformerLens's HookedTransformer holding those weights
             from harness.interp import to_hooked_transformer
 
@@ -1651,8 +1652,9 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                     finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
                     drawn[j] = (finish(course, *(drawn[k][0] for k in param), dims=dims),)
                     drawn[j] += ({"value": drawn[j][0]},)
-                if kind == "later_layer":  # a layer above argument `param`'s, up to the last
-                    later = drawn[param][0] + 1 + secrets.randbelow(dims["n_layers"] - 1 - drawn[param][0])
+                if kind == "later_layer":  # a layer above argument `at`'s, up to `top`
+                    at, top = param
+                    later = drawn[at][0] + 1 + secrets.randbelow(top - drawn[at][0])
                     drawn[j] = (later, {"value": later})
                 if kind == "addition_key":  # what the stand-in's problems are drawn with, besides the seed asked for
                     key = secrets.randbits(62)
