@@ -572,6 +572,11 @@ class Grader:
                 )
                 if run.returncode == 0:
                     self.worker_mounts.append(folder)
+                else:
+                    self.say(
+                        f"WARNING: no tmpfs of its own for nbgrader process {index}'s kernels' sockets "
+                        f"({run.stderr.strip()}): they share the kernels' tmpfs"
+                    )
             self.worker_dirs.append(folder)
 
     def _private_runtime(self) -> Path:
@@ -990,10 +995,16 @@ class Grader:
                 item.judged = judge.no_result(item.notebook, "the coordinator sent no probes for this notebook")
                 return
             # the coordinator's request, copied as prepare() writes one: the child reads it as root, then drops root
-            folder.mkdir(mode=0o711)
-            for path in given.iterdir():
-                shutil.copyfile(path, folder / path.name)
-                os.chmod(folder / path.name, 0o600)
+            try:
+                folder.mkdir(mode=0o711)
+                for path in given.iterdir():
+                    shutil.copyfile(path, folder / path.name)
+                    os.chmod(folder / path.name, 0o600)
+            except OSError as err:  # this job's failure, never the batch's
+                message = f"the judge could not copy the coordinator's probes: {type(err).__name__}: {err}"[:300]
+                item.flags.append(message)
+                item.judged = judge.no_result(item.notebook, message)
+                return
             item.probes = judge.Prepared(folder, item.notebook, 0, {})
             return
         started = time.monotonic()

@@ -193,7 +193,10 @@ _NOT_PLAIN = frozenset({"exec", "eval", "compile", "__import__", "open", "input"
 MAX_TABLE_STEPS = 100_000  # the most iterations a kept loop that computes a table may have, its inner loops' included
 
 
-def _steps(node: ast.AST) -> int | None:
+_STEP_BUILTINS = frozenset({"range", "enumerate", "reversed", "sorted", "zip"})
+
+
+def _steps(node: ast.AST, modules: frozenset[str] = frozenset(), own: frozenset[str] = frozenset()) -> int | None:
     """How many items `node` yields, where that is written in the code itself: `range` of constants (`1 << 10`
     included), a literal table, and `enumerate`, `reversed`, `sorted`, `zip`, `itertools.product` of those. None
     otherwise."""
@@ -201,11 +204,17 @@ def _steps(node: ast.AST) -> int | None:
         return len(node.elts)
     if not isinstance(node, ast.Call) or node.keywords:
         return None
-    name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
-    if name == "range" and isinstance(node.func, ast.Name):
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in _STEP_BUILTINS and func.id not in own:
+        name = func.id  # the builtin, not a function of the notebook's of that name
+    elif isinstance(func, ast.Attribute) and func.attr == "product" and isinstance(func.value, ast.Name):
+        name = "product" if func.value.id in modules and func.value.id not in own else None  # `itertools.product`
+    else:
+        return None
+    if name == "range":
         values = [_constant_int(arg) for arg in node.args]
         return len(range(*values)) if values and None not in values and len(values) <= 3 and values[-1] else None
-    parts = [_steps(arg) for arg in node.args]
+    parts = [_steps(arg, modules, own) for arg in node.args]
     if not parts or None in parts:
         return None
     if name in ("enumerate", "reversed", "sorted") and len(parts) == 1:
@@ -237,7 +246,9 @@ def _constant_int(node: ast.AST) -> int | None:
     return value if abs(value) < 2**40 else None
 
 
-def _computes_a_table(loop: ast.For, data: set[str], modules: frozenset[str]) -> bool:
+def _computes_a_table(
+    loop: ast.For, data: set[str], modules: frozenset[str], own: frozenset[str] = frozenset()
+) -> bool:
     """A top-level loop over a range of constants (`range(256)`, `itertools.product(...)` of such, at most
     MAX_TABLE_STEPS steps with its inner loops) that only computes entries of a table the cell wrote: its statements fill such a table in (`T[i] = ...`, `T.append(...)`), bind scratch names, branch
     or loop the same way, and every call in it is a builtin's, a module's function (`math.exp`, `torch.tensor`) or a
@@ -267,7 +278,7 @@ def _computes_a_table(loop: ast.For, data: set[str], modules: frozenset[str]) ->
         and bounded: not an object of elsewhere, whose iteration could run anything (a data loader), nor a loop of a
         million steps that fills memory (it ran, and killed, in the learner's kernel once; not again in every
         phase of the judge's child)."""
-        count = _steps(loop.iter)
+        count = _steps(loop.iter, modules, own | data)
         if count is None or not plain(loop.target):
             return False
         steps[0] *= max(count, 1)
@@ -335,7 +346,7 @@ def _definitions_in(
                     tables |= names
             continue
         if isinstance(stmt, ast.For) and not _over_a_table(stmt.iter, tables):
-            if _computes_a_table(stmt, data, modules):
+            if _computes_a_table(stmt, data, modules, own):
                 kept.append(stmt)
                 continue
             dropped.append(stmt)  # a loop over anything else (a range, a loader) is an action: training, say

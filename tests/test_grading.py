@@ -1120,11 +1120,12 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
         "for i in range(3):\n    LOSSES.append(eval('1'))\n"
         "for i in range(0, 3 << 30, 4096):\n    T[i] = 1\n"  # 786,432 steps: a memory fill, not a table
         "for i in range(len(PAIRS)):\n    LOSSES.append(i)\n"  # a length not written in the code
+        "for a, b in helper.product(range(2), range(2)):\n    LOSSES.append(a)\n"  # not itertools': code of its own
     )
     tree, dropped = definitions_only(ast.parse(code))
     kept = ast.unparse(tree)
     assert "T[i] = math.exp(-x)" in kept and "PAIRS.append((a, b))" in kept, kept
-    assert "LOSSES.append" not in kept and "print" not in kept and "3 << 30" not in kept and len(dropped) == 7, dropped
+    assert "LOSSES.append" not in kept and "print" not in kept and "3 << 30" not in kept and len(dropped) == 8, dropped
     namespace = {}
     exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
     assert math.isclose(namespace["T"][3].item(), math.exp(-3 / 7), rel_tol=1e-6)

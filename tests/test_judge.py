@@ -1718,6 +1718,18 @@ def test_wrong_code_that_matched_the_judges_fixed_inputs_fails_every_job(mistake
         assert not verdict["passed"], (job, verdict)
 
 
+def test_an_encoder_that_zeroes_its_padding_passes(tmp_path):
+    """What an encoder leaves at padded source positions is never attended to: memory is compared where the source
+    is real (a static review: zeroing those rows, honest, failed the encode probe)."""
+    namespace = course_with(
+        "09_encoder_decoder",
+        "            x = layer(x, src_padding)\n        return x\n",
+        "            x = layer(x, src_padding)\n        return x.masked_fill(src_padding[..., None], 0.0)\n",
+    )
+    verdict = verdict_of("09_encoder_decoder", "test_encoder_decoder", namespace, tmp_path)
+    assert verdict["passed"], verdict
+
+
 def test_encode_and_decode_are_judged_on_their_own(tmp_path):
     """An encode that skips the encoder's layers and a decode that ignores the memory, with a forward of its own
     computed right (red-team round 10: full marks while forward alone was probed)."""
