@@ -172,6 +172,32 @@ def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
     )
 
 
+def _sampled_generate(*filters) -> Probe:
+    """A generate probe that samples one new token for 8,000 rows, two prompts in turn, at a drawn temperature and,
+    where `filters` are given, under a drawn top_k and top_p: against the distribution the model's logits give."""
+    return _fn(
+        "test_generate",
+        "generate",
+        ("table_lm", None),
+        ("rows", ("tokens", ("pos",))),
+        ("int", (1, 1)),
+        ("int", NEVER_EOS),
+        ("real", (0.7, 1.3)),
+        *filters,
+        ("generator", None),
+        keywords=("eos_token_id", "temperature", *(("top_k", "top_p") if filters else ()), "generator"),
+        compare="samples",
+        expect="generate_distribution",
+        script="last_new_tokens",
+    )
+
+
+def _and_its_gradient(probe: Probe) -> tuple[Probe, Probe]:
+    """A loss's probe, and the same call's gradient with respect to the logits, its first argument: training runs
+    backward() through the loss (one computed in NumPy, or rebuilt from `.item()`, had full marks on its value)."""
+    return probe, replace(probe, output="dict", script="loss_gradient", expect="script", atol=None)
+
+
 def _greedy_generate(model, tokens, new_tokens: tuple[int, int], eos, penalty: tuple | None = None) -> Probe:
     """A generate probe with top_k=1 (greedy, so compared exactly), under a frequency penalty drawn from `penalty`
     where one is given."""
@@ -253,26 +279,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("config", None),
             output="dict",
         ),
-        _fn(
-            "test_cross_entropy_loss",
-            "cross_entropy_loss",
-            ("float", ("batch", "pos", "d_vocab")),
-            ("tokens", ("batch", "pos")),
+        *_and_its_gradient(
+            _fn(
+                "test_cross_entropy_loss",
+                "cross_entropy_loss",
+                ("float", ("batch", "pos", "d_vocab")),
+                ("tokens", ("batch", "pos")),
+            )
         ),
         _fn(
             "test_cross_entropy_loss",
             "cross_entropy_loss",
             ("large_logits", ("batch", "pos", "d_vocab")),
             ("tokens", ("batch", "pos")),
-        ),
-        _fn(  # training runs backward() through the loss: its gradient with respect to the logits
-            "test_cross_entropy_loss",
-            "cross_entropy_loss",
-            ("float", ("batch", "pos", "d_vocab")),
-            ("tokens", ("batch", "pos")),
-            output="dict",
-            script="loss_gradient",
-            expect="script",
         ),
         _fn(
             "test_greedy_generate",
@@ -306,24 +325,16 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     "06_training": (
         *(_lr(phase) for phase in ("start", "warmup", "end_of_warmup", "decay", "end", "after")),
         *(_lr(phase, no_decay=True) for phase in ("end_of_warmup", "after")),
-        _fn(
-            "test_masked_lm_loss",
-            "masked_lm_loss",
-            ("float", ("batch", "pos", "d_vocab")),
-            ("tokens", ("batch", "pos")),
-            ("mask", ("batch", "pos")),
-            output="loss",
-            atol=1e-4,  # as masked_loss_test
-        ),
-        _fn(  # training runs backward() through the loss: its gradient with respect to the logits
-            "test_masked_lm_loss",
-            "masked_lm_loss",
-            ("float", ("batch", "pos", "d_vocab")),
-            ("tokens", ("batch", "pos")),
-            ("mask", ("batch", "pos")),
-            output="dict",
-            script="loss_gradient",
-            expect="script",
+        *_and_its_gradient(
+            _fn(
+                "test_masked_lm_loss",
+                "masked_lm_loss",
+                ("float", ("batch", "pos", "d_vocab")),
+                ("tokens", ("batch", "pos")),
+                ("mask", ("batch", "pos")),
+                output="loss",
+                atol=1e-4,  # as masked_loss_test
+            )
         ),
         _fn("test_reversal_floor", "reversal_loss_floor", ("even", (4, 64)), ("int", (2, 1000)), output="scalar"),
         _fn(
@@ -484,40 +495,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         ),
         # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
         # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
-        _fn(
-            "test_generate",
-            "generate",
-            ("table_lm", None),
-            ("rows", ("tokens", ("pos",))),
-            ("int", (1, 1)),
-            ("int", NEVER_EOS),
-            ("real", (0.7, 1.3)),
-            ("generator", None),
-            keywords=("eos_token_id", "temperature", "generator"),
-            compare="samples",
-            expect="generate_distribution",
-            script="last_new_tokens",
-        ),
+        _sampled_generate(),
         # ... one prompt alone: a batch of one row
         _greedy_generate(("table_lm", None), ("tokens", (1, "pos")), (2, 8), ("int", NEVER_EOS)),
         # ... and top-k and top-p passed on to the sampler: the distribution of the first new token (red-team round
         # 10: a generate that sampled greedily for any top_k, and ignored top_p, had full marks with top_k=1 only)
-        _fn(
-            "test_generate",
-            "generate",
-            ("table_lm", None),
-            ("rows", ("tokens", ("pos",))),
-            ("int", (1, 1)),
-            ("int", NEVER_EOS),
-            ("real", (0.7, 1.3)),
-            ("int", (2, 12)),
-            ("real", (0.3, 0.9)),
-            ("generator", None),
-            keywords=("eos_token_id", "temperature", "top_k", "top_p", "generator"),
-            compare="samples",
-            expect="generate_distribution",
-            script="last_new_tokens",
-        ),
+        _sampled_generate(("int", (2, 12)), ("real", (0.3, 0.9))),
         # a model whose context is 4 positions, past which it raises: the model sees the last n_ctx tokens
         _greedy_generate(("window_lm", None), ("tokens", ("batch", "pos")), (4, 8), ("int", NEVER_EOS)),
         # under a frequency penalty: the options reach the sampler with the whole sequence, the prompt's tokens
@@ -821,30 +804,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="dict",
             script="encode_decode",
         ),
-        _fn(
-            "test_seq2seq_loss",
-            "seq2seq_loss",
-            ("float", ("batch", "pos", "d_vocab")),
-            ("padded_tokens", ("batch", "pos")),
-            ("dim", "pad_id"),
-            ("real", (0.0, 0.3)),
-            config="encdec_pad",
-            output="scalar",
-            atol=1e-5,  # as seq2seq_loss_test
-            keywords=("label_smoothing",),
-        ),
-        _fn(  # training runs backward() through the loss: its gradient with respect to the logits
-            "test_seq2seq_loss",
-            "seq2seq_loss",
-            ("float", ("batch", "pos", "d_vocab")),
-            ("padded_tokens", ("batch", "pos")),
-            ("dim", "pad_id"),
-            ("real", (0.0, 0.3)),
-            config="encdec_pad",
-            output="dict",
-            keywords=("label_smoothing",),
-            script="loss_gradient",
-            expect="script",
+        *_and_its_gradient(
+            _fn(
+                "test_seq2seq_loss",
+                "seq2seq_loss",
+                ("float", ("batch", "pos", "d_vocab")),
+                ("padded_tokens", ("batch", "pos")),
+                ("dim", "pad_id"),
+                ("real", (0.0, 0.3)),
+                config="encdec_pad",
+                output="scalar",
+                atol=1e-5,  # as seq2seq_loss_test
+                keywords=("label_smoothing",),
+            )
         ),
         _fn(
             "test_make_batch",

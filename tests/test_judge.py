@@ -236,6 +236,24 @@ def verdict_of(notebook: str, grade_id: str, namespace: dict, folder) -> dict:
     return judge.verdicts(run(notebook, namespace, folder, frozenset({grade_id})))[grade_id]
 
 
+KV_FORWARD = (  # the end of KVCacheTransformer's forward: each block with its own past
+    "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
+    "        new_kvs = []\n"
+    "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
+    "            attn_out, kv = block.attn(block.ln1(residual), past)\n"
+    "            residual = residual + attn_out\n"
+    "            residual = residual + block.mlp(block.ln2(residual))\n"
+    "            new_kvs.append(kv)\n"
+    "        return self.unembed(self.ln_final(residual)), new_kvs\n"
+)
+RECOMPUTE_EVERY_BLOCK = (  # ... what a cache that caches nothing runs instead: every block on the whole sequence
+    "        new_kvs = []\n"
+    "        for block in self.blocks:\n"
+    "            attn_out, kv = block.attn(block.ln1(residual), None)\n"
+    "            residual = residual + attn_out\n"
+    "            residual = residual + block.mlp(block.ln2(residual))\n"
+    "            new_kvs.append(kv)\n"
+)
 PADDED_N_CTX = (  # PaddedTransformer's refusal past n_ctx (KVCacheTransformer has the same line)
     'past_kvs: list[tuple[Tensor, Tensor]] | None = None,\n    ) -> tuple[Float[Tensor, "batch new d_vocab"], '
     "list[tuple[Tensor, Tensor]]]:\n        ### BEGIN SOLUTION\n        offset = 0 if past_kvs is None else "
@@ -363,28 +381,14 @@ MISTAKES = [
         # every call (red-team round 9: full marks, the course's check and the judge passed it)
         "07_sampling_and_kv_cache",
         "test_kv_cache",
-        (
-            "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
-            "        new_kvs = []\n"
-            "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
-            "            attn_out, kv = block.attn(block.ln1(residual), past)\n"
-            "            residual = residual + attn_out\n"
-            "            residual = residual + block.mlp(block.ln2(residual))\n"
-            "            new_kvs.append(kv)\n"
-            "        return self.unembed(self.ln_final(residual)), new_kvs\n"
-        ),
+        KV_FORWARD,
         (
             "        seen = None if past_kvs is None else getattr(past_kvs[0][0], 'seen_tokens', None)\n"
             "        everything = tokens if seen is None else torch.cat([seen, tokens], dim=1)\n"
             "        old = self.embed.W_E[everything[:, :offset]]\n"
             "        residual = torch.cat([old, self.embed(tokens)], dim=1) + self.pos_embed.W_pos[: offset + new]\n"
-            "        new_kvs = []\n"
-            "        for block in self.blocks:\n"
-            "            attn_out, kv = block.attn(block.ln1(residual), None)\n"
-            "            residual = residual + attn_out\n"
-            "            residual = residual + block.mlp(block.ln2(residual))\n"
-            "            new_kvs.append(kv)\n"
-            "        new_kvs[0][0].seen_tokens = everything\n"
+            + RECOMPUTE_EVERY_BLOCK
+            + "        new_kvs[0][0].seen_tokens = everything\n"
             "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"
         ),
         "a cache of random keys and values the judge made",
@@ -392,26 +396,12 @@ MISTAKES = [
     (  # a sibling: the tokens kept on the model itself, not on the cache, and the whole sequence recomputed
         "07_sampling_and_kv_cache",
         "test_kv_cache",
-        (
-            "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]  # [batch new d_model]\n"
-            "        new_kvs = []\n"
-            "        for block, past in zip(self.blocks, past_kvs or [None] * len(self.blocks)):\n"
-            "            attn_out, kv = block.attn(block.ln1(residual), past)\n"
-            "            residual = residual + attn_out\n"
-            "            residual = residual + block.mlp(block.ln2(residual))\n"
-            "            new_kvs.append(kv)\n"
-            "        return self.unembed(self.ln_final(residual)), new_kvs\n"
-        ),
+        KV_FORWARD,
         (
             "        self._seen = tokens if past_kvs is None else torch.cat([self._seen, tokens], dim=1)\n"
             "        residual = self.embed(self._seen) + self.pos_embed.W_pos[: offset + new]\n"
-            "        new_kvs = []\n"
-            "        for block in self.blocks:\n"
-            "            attn_out, kv = block.attn(block.ln1(residual), None)\n"
-            "            residual = residual + attn_out\n"
-            "            residual = residual + block.mlp(block.ln2(residual))\n"
-            "            new_kvs.append(kv)\n"
-            "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"
+            + RECOMPUTE_EVERY_BLOCK
+            + "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"
         ),
         "a cache of random keys and values the judge made",
     ),
@@ -436,13 +426,8 @@ MISTAKES = [
             "        everything = torch.cat([seen, tokens], dim=1)\n"
             "        every = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)\n"
             "        residual = self.embed(everything) + self.pos_embed.W_pos[every]\n"
-            "        new_kvs = []\n"
-            "        for block in self.blocks:\n"
-            "            attn_out, kv = block.attn(block.ln1(residual), None, attention_mask)\n"
-            "            residual = residual + attn_out\n"
-            "            residual = residual + block.mlp(block.ln2(residual))\n"
-            "            new_kvs.append(kv)\n"
-            "        new_kvs[0][0].seen_tokens = everything\n"
+            + RECOMPUTE_EVERY_BLOCK.replace("None)", "None, attention_mask)")
+            + "        new_kvs[0][0].seen_tokens = everything\n"
             "        return self.unembed(self.ln_final(residual[:, offset:])), new_kvs\n"
         ),
         "a cache of random keys and values the judge made",
@@ -1541,15 +1526,30 @@ def test_trained_weights_allow_a_few_rounding_flukes_and_no_more():
     assert "differs from the course's train" in judge._compare_tensor(probe, wrong, want)
 
 
-def test_a_loop_that_draws_its_batches_another_way_passes(tmp_path):
-    """The batch probe judges the batches by rules (their size, fresh ones, training windows only), not against
-    the course's draw: windows drawn without replacement pass."""
-    namespace = course_with(
+HONEST_VARIANTS = {
+    # the batch probe judges the batches by rules (their size, fresh ones, training windows only), not against the
+    # course's draw: windows drawn without replacement pass
+    "batches drawn without replacement": (
         "06_training",
+        "test_train",
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         "batch = train_windows[torch.randperm(len(train_windows))[: args.batch_size]]",
-    )
-    verdict = verdict_of("06_training", "test_train", namespace, tmp_path)
+    ),
+    # what an encoder leaves at padded source positions is never attended to: memory is compared where the source is
+    # real (a static review: zeroing those rows, honest, failed the encode probe)
+    "an encoder that zeroes its padding": (
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "            x = layer(x, src_padding)\n        return x\n",
+        "            x = layer(x, src_padding)\n        return x.masked_fill(src_padding[..., None], 0.0)\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(HONEST_VARIANTS))
+def test_an_honest_variant_passes(variant, tmp_path):
+    notebook, grade_id, old, new = HONEST_VARIANTS[variant]
+    verdict = verdict_of(notebook, grade_id, course_with(notebook, old, new), tmp_path)
     assert verdict["passed"], verdict
 
 
@@ -1716,18 +1716,6 @@ def test_wrong_code_that_matched_the_judges_fixed_inputs_fails_every_job(mistake
     for job in range(3):
         verdict = verdict_of(notebook, grade_id, namespace, tmp_path / str(job))
         assert not verdict["passed"], (job, verdict)
-
-
-def test_an_encoder_that_zeroes_its_padding_passes(tmp_path):
-    """What an encoder leaves at padded source positions is never attended to: memory is compared where the source
-    is real (a static review: zeroing those rows, honest, failed the encode probe)."""
-    namespace = course_with(
-        "09_encoder_decoder",
-        "            x = layer(x, src_padding)\n        return x\n",
-        "            x = layer(x, src_padding)\n        return x.masked_fill(src_padding[..., None], 0.0)\n",
-    )
-    verdict = verdict_of("09_encoder_decoder", "test_encoder_decoder", namespace, tmp_path)
-    assert verdict["passed"], verdict
 
 
 def test_encode_and_decode_are_judged_on_their_own(tmp_path):
