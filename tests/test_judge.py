@@ -190,7 +190,8 @@ def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
     a = probe_runner.load_request(str(first.folder))["tensors"]
     b = probe_runner.load_request(str(second.folder))["tensors"]
     twin = f"p{judge.TWIN}"  # the same probe on the job's second GPT-2 shape
-    assert a.keys() == b.keys() == {"p0.in0", "p0.w.w", "p0.w.b", f"{twin}.in0", f"{twin}.w.w", f"{twin}.w.b"}
+    made = {f"{probe}.{key}" for probe in ("p0", "p1", twin) for key in ("in0", "w.w", "w.b")}  # p1: its gradient
+    assert a.keys() == b.keys() == made
     for key in a:
         assert a[key].shape != b[key].shape or not torch.equal(a[key], b[key]), key
     # the expected outputs are never written for the sandbox: only the inputs and the weights
@@ -2201,7 +2202,8 @@ def test_operators_every_probe_forbids_are_taken_out_of_the_probe_child(namespac
     def verdict(*extra):
         return json.loads(child_says(SEALED_CHILD, str(tmp_path / f"job{len(extra)}"), code, *extra))
 
-    assert verdict()["passed"]  # the record alone is blinded: what the operators' removal is for
+    blinded = verdict()  # the record alone is blinded: what the operators' removal is for (the quantized route,
+    assert blinded["passed"] or "no gradient" in blinded["message"], blinded  # detached, fails the gradient too)
     taken = verdict("take out")
     assert not taken["passed"] and "took it out of the process" in taken["message"], taken
     # the message names the operator, in its own namespace
@@ -2440,7 +2442,8 @@ def test_a_file_left_by_one_phase_is_gone_in_the_next(code, tmp_path):
     scratch = tmp_path / "home"
     scratch.mkdir()
     verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), code, str(scratch)))
-    assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
+    # the MLP and block read the table their own phase saved (their gradient may still differ: a table's slope)
+    assert all("No such file" not in (verdicts[t]["message"] or "") for t in ("test_mlp", "test_block")), verdicts
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "No such file" in verdicts["test_gelu_new"]["message"], verdicts
     assert not list(scratch.iterdir())  # and nothing is left behind
@@ -2495,7 +2498,8 @@ def test_a_table_made_before_an_operator_is_taken_out_fails(tmp_path):
     verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), GELU_TABLE))
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
-    assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts  # they may use GELU
+    # they may use GELU (their gradient may still differ: a table's slope)
+    assert all("forbids" not in (verdicts[t]["message"] or "") for t in ("test_mlp", "test_block")), verdicts
     course = component_source("04_mlp_and_block").split("def gelu_new")[1].split("class MLP")[0]
     verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job2"), "def gelu_new" + course))
     assert all(v["passed"] for v in verdicts.values()), verdicts  # the course's own, in the same phases
