@@ -913,7 +913,7 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
         result = _outputs(probe, out)
         for j, before in given_dicts:
             now = full[j]
-            if set(now) != set(before) or any(not torch.equal(now[key], t) for key, t in before.items()):
+            if set(now) != set(before) or any(not _EQUAL(now[key], t) for key, t in before.items()):
                 raise ProbeError(
                     f"{probe['target']} changed the state dict it was given (argument {j + 1}): read it, build a "
                     "new one (no pop, no del, no in-place change)"
@@ -941,7 +941,7 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
                         "run_with_hooks removes its hooks itself; add_hook needs reset_hooks() afterwards"
                     )
         for j, before in given:
-            if not torch.equal(full[j], before):
+            if not _EQUAL(full[j], before):
                 which = f"`{names[j - len(positional)]}`" if j >= len(positional) else f"argument {j + 1}"
                 raise ProbeError(
                     f"{probe['target']} changed its input ({which}) in place: compute into a new tensor "

@@ -486,6 +486,26 @@ MISTAKES = [
         ),
         "changed the model it was given (argument 1) in place",
     ),
+    (  # a sibling: the right batch, the caller's prompts padded in place on the way
+        "07_sampling_and_kv_cache",
+        "test_left_pad",
+        "    for row, prompt in enumerate(prompts):\n",
+        (
+            "    for prompt in prompts:\n        prompt.append(pad_token_id)  # the caller's lists, changed\n"
+            "    for row, prompt in enumerate([p[:-1] for p in prompts]):\n"
+        ),
+        "changed the lists it was given",
+    ),
+    (  # ... and a model's: the right scores, then the later layer's W_Q scaled in place after they were taken
+        "08_interpretability",
+        "test_k_composition_scores",
+        "    return product.norm(dim=(-2, -1)) / norms\n",
+        (
+            "    scores = product.norm(dim=(-2, -1)) / norms\n    with torch.no_grad():\n"
+            "        model.blocks[later].attn.W_Q.mul_(2.0)\n    return scores\n"
+        ),
+        "changed the model it was given (argument 1) in place",
+    ),
     (  # the right distribution, drawn without the generator it was given: a seed no longer reproduces a run
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
