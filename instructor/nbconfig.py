@@ -422,9 +422,13 @@ def configure(
         AssignLatePenalties,
         CheckCellMetadata,
     ]
-    from instructor.offline_html import MathAsMathML
+    from instructor.offline_html import FeedbackExporter, MathAsMathML
 
     c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, MathAsMathML, CSSHTMLHeaderPreprocessor]
+    # what a learner wrote stays in its cell (instructor.offline_html)
+    c.GenerateFeedback.exporter_class = FeedbackExporter
+    c.HTMLExporter.sanitize_html = True
+    c.HTMLExporter.exclude_anchor_links = True  # learner_html would leave their ¶ showing
     # Learners cannot add files next to their notebooks that the kernel would import (harness.py, torch.py):
     # only the notebooks are collected, and nothing else is copied in from the source folder.
     c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]

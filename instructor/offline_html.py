@@ -11,10 +11,17 @@ lets only the page's own styles apply: the `<style>` blocks of the head, which n
 `style="..."` attribute apply nowhere, so what the learner wrote cannot restyle or cover the page (a fixed full-page
 banner with a forged score over the real page, error outputs hidden, passed the old `style-src 'unsafe-inline'`).
 The cost: the page's body has no inline styles of its own to lose, but a learner's outputs lose theirs (a
-DataFrame's `<style scoped>`, 24-bit ANSI colours), and images and fonts are the page's own (data: URLs). Markup
-with no style still shapes the body, which no policy covers: unclosed `<div hidden>` in a cell hide the cells after
-it (not the score heading above them). The browser enforces the policy, whatever the page holds, and with no network
-request. The template's MathJax loader is taken out of the head; the body, which the learner wrote, is never
+DataFrame's `<style scoped>`, 24-bit ANSI colours), and images and fonts are the page's own (data: URLs). The browser
+enforces the policy, whatever the page holds, and with no network request.
+
+Markup with no style still shapes the body, which no policy covers: an unclosed `<div hidden>`, `<!--`, `<details>`
+or `<plaintext>` in one cell hid every cell after it, and the page's own classes (bootstrap's `hidden`,
+`navbar-fixed-top`) hide or cover as well as a style would. So what a learner wrote, every markdown and raw cell and
+every HTML, markdown and SVG output, goes through `learner_html` (`FeedbackExporter`, nbgrader's feedback template
+renders markdown cells with no `clean_html` of its own): it is parsed on its own, as HTML5 does (nbconvert's
+`sanitize_html`, bleach), and written back closed, with only formatting and MathML tags and none of the attributes
+that hide, move, name or restyle (`hidden`, `id`, `class`, `style`, `open`); any other tag is shown as text. So no
+cell's markup reaches past the cell, and none can look like the grader's. The template's MathJax loader is taken out of the head; the body, which the learner wrote, is never
 searched, so no page is slow to write (a search of the whole page was quadratic in nested `<script`).
 """
 
@@ -24,6 +31,7 @@ import base64
 import hashlib
 import re
 
+from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
@@ -37,6 +45,54 @@ _STYLE = re.compile(r"<style\b[^>]*>(.*?)</style", re.DOTALL | re.IGNORECASE)
 _BODY_TAGS = re.compile(r"<(?=(?:meta|base|link)\b)", re.IGNORECASE)
 _REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc=[\"']https?://[^>]*>\s*</script>", re.IGNORECASE)
 _MATHJAX_CONFIG = re.compile(r"<script type=\"text/x-mathjax-config\">.*?</script>", re.DOTALL | re.IGNORECASE)
+
+
+# Formatting, tables, images, links and the MathML `tex_to_mathml` writes; every other tag is shown as text
+_HTML = (
+    "a abbr b blockquote br caption cite code dd del div dl dt em h1 h2 h3 h4 h5 h6 hr i img ins kbd li ol p pre q s"
+)
+_HTML += " samp small span strong sub sup table tbody td tfoot th thead tr u ul var"
+_MATHML = "math mrow mi mn mo ms mtext mspace mfrac msqrt mroot msub msup msubsup munder mover munderover mtable mtr"
+_MATHML += " mtd menclose mpadded mphantom mstyle semantics annotation"
+# None of them hides, names, moves or restyles
+_MATH_ATTRIBUTES = "display mathvariant stretchy fence separator form accent accentunder lspace rspace width minsize"
+_MATH_ATTRIBUTES += (
+    " maxsize symmetric largeop movablelimits displaystyle scriptlevel linethickness notation columnalign"
+)
+_ATTRIBUTES = {
+    "a": ("href", "title"),
+    "img": ("src", "alt", "title"),
+    "td": ("colspan", "rowspan"),
+    "th": ("colspan", "rowspan"),
+    **dict.fromkeys(_MATHML.split(), tuple(_MATH_ATTRIBUTES.split())),
+}
+
+
+def learner_html(html) -> str:
+    """What a learner wrote, closed and inert: the feedback template's `clean_html` (`sanitize_html` on)."""
+    import bleach
+
+    html = html.decode() if isinstance(html, bytes) else str(html)
+    return bleach.clean(
+        html,
+        tags={*_HTML.split(), *_MATHML.split()},
+        attributes=_ATTRIBUTES,
+        protocols={"http", "https", "mailto", "data"},
+    )
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbconvert's HTML, with every markdown cell (the feedback template's own rendering) and everything
+    `sanitize_html` cleans through `learner_html`."""
+
+    def markdown2html(self, context, source):
+        return learner_html(super().markdown2html(context, source))
+
+    markdown2html.jinja_pass_arg = HTMLExporter.markdown2html.jinja_pass_arg  # jinja hands it the context
+
+    def default_filters(self):
+        yield from super().default_filters()
+        yield ("clean_html", learner_html)
 
 
 def _convert(tex: str, display: str) -> str | None:

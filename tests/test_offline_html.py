@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from instructor.offline_html import POLICY, runs_nothing, tex_to_mathml
+from instructor.offline_html import POLICY, learner_html, runs_nothing, tex_to_mathml
 
 ROOT = Path(__file__).resolve().parent.parent
 CSP = re.compile(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">')
@@ -21,6 +21,19 @@ def test_inline_and_display_math_become_mathml():
     out = tex_to_mathml(r"The scale is $\sqrt{d_{head}}$ and $$\mathrm{softmax}(x)_i = e^{x_i} / \sum_j e^{x_j}$$")
     assert out.count("<math") == 2 and 'display="block"' in out
     assert "$" not in out
+
+
+def test_learner_html_keeps_formatting_and_formulas_and_closes_the_rest():
+    math = tex_to_mathml(r"$$\frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}}$$")
+    assert learner_html(math) == math.replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")  # HTML5 needs none
+    kept = "<h2>Notes</h2><p>a <em>b</em> <code>c</code></p><table><tbody><tr><td>1</td></tr></tbody></table>"
+    assert learner_html(kept) == kept
+    assert (
+        learner_html('<div hidden class="hidden" id="x" style="position:fixed"><div><p>a')
+        == "<div><div><p>a</p></div></div>"
+    )
+    assert learner_html("<details open><plaintext>x") == "&lt;details open&gt;&lt;plaintext&gt;x"
+    assert learner_html("a<!-- b") == "a"
 
 
 def test_code_and_prices_are_left_alone():
@@ -108,9 +121,11 @@ OUTPUT = (
 )
 
 
-def _feedback_page() -> str:
+def _feedback_page(sanitize: bool = True, markdown: tuple[str, ...] = (FORGED,), whole: bool = True) -> str:
     """A real feedback page of a learner's 01_layernorm: nbgrader's feedback template, as `GenerateFeedback` sets it
-    up, and the course's feedback preprocessors, but the scores that `GetGrades` would read from a gradebook."""
+    up, and the course's feedback preprocessors, but the scores that `GetGrades` would read from a gradebook. The
+    learner's `markdown` cells come after the first; `sanitize=False` turns `learner_html` off (the policy alone);
+    `whole=False` keeps only the notebook's first cell."""
     import nbformat
     from nbconvert import HTMLExporter
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
@@ -123,8 +138,9 @@ def _feedback_page() -> str:
 
     config = Config()
     configure(config)
+    config.HTMLExporter.sanitize_html = sanitize
     feedback = GenerateFeedback(coursedir=CourseDirectory(root=str(ROOT)), config=config)
-    exporter = HTMLExporter(parent=feedback, config=feedback.config)
+    exporter = (feedback.exporter_class if sanitize else HTMLExporter)(parent=feedback, config=feedback.config)
     for preprocessor in feedback.preprocessors:
         if preprocessor is not GetGrades:
             exporter.register_preprocessor(preprocessor, enabled=True)
@@ -133,7 +149,9 @@ def _feedback_page() -> str:
     for cell in nb.cells:
         if "nbgrader" in cell.metadata:
             cell.metadata.nbgrader.score = cell.metadata.nbgrader.get("points", 0)
-    nb.cells.insert(1, new_markdown_cell(FORGED))
+    if not whole:
+        del nb.cells[1:]
+    nb.cells[1:1] = [new_markdown_cell(text) for text in markdown]
     error = new_output("error", ename="AssertionError", evalue="the mean is not 0", traceback=["AssertionError"])
     nb.cells.append(
         new_code_cell("layernorm(x)", outputs=[error, new_output("display_data", data={"text/html": OUTPUT})])
@@ -145,7 +163,7 @@ def _feedback_page() -> str:
 def test_only_the_templates_styles_are_allowed():
     """`style-src 'unsafe-inline'` let a learner's `<style>` and `style=` restyle and cover the page: now each of the
     head's `<style>` blocks is allowed by its hash, and nothing else (no `style` attribute, no stylesheet URL)."""
-    page = runs_nothing(_feedback_page())
+    page = runs_nothing(_feedback_page(sanitize=False))
     directives = dict(d.strip().split(" ", 1) for d in CSP.search(page).group(1).split(";"))
     head = page[: page.index("</head>")]
     blocks = re.findall(r"<style\b[^>]*>(.*?)</style>", head, re.DOTALL)
@@ -159,6 +177,18 @@ def test_only_the_templates_styles_are_allowed():
     assert "style-src 'none'" in runs_nothing("<html><head><style>p {}</style><body>")
 
 
+def _chrome(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+
+
 def test_a_learner_cannot_restyle_or_cover_the_feedback_page(tmp_path):
     """A real feedback page in Chromium: nbgrader's styles apply, the learner's `<style>` blocks and the fixed banner
     with a forged score do not, and no script runs. The same page without the policy shows the forgery (the test
@@ -167,18 +197,10 @@ def test_a_learner_cannot_restyle_or_cover_the_feedback_page(tmp_path):
         pytest.skip(
             "Chromium and its driver are not installed (.ci/run installs them): the browser's side is not checked"
         )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    page = runs_nothing(_feedback_page())
+    page = runs_nothing(_feedback_page(sanitize=False))  # the policy on its own
     (tmp_path / "feedback.html").write_text(page, encoding="utf-8")
     (tmp_path / "unprotected.html").write_text(CSP.sub("", page, count=1), encoding="utf-8")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'profile'}")
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver = _chrome(tmp_path)
     # read through the driver, which the page's policy does not bind
     probe = """const style = (selector, property) => getComputedStyle(document.querySelector(selector))[property];
         return {font: style('body', 'fontFamily'), size: style('body', 'fontSize'),
@@ -201,3 +223,61 @@ def test_a_learner_cannot_restyle_or_cover_the_feedback_page(tmp_path):
         "banner": "static",  # in its cell, over nothing
         "ran": None,
     }, seen
+
+
+# Markup with no style that reaches past its cell without `learner_html` (red-team round 10 found the first): the
+# cell's own closing tags end as many elements as it opened, so each opens more, and the cells after it (the score
+# and error outputs of the graded cells included) are hidden, or covered by a forged score
+DIVS = "<div>" * 8
+SHAPING = {
+    "hidden": "<div hidden>" + DIVS,
+    "a closed details": "<details><summary>more</summary>" + DIVS,
+    "a closed dialog": "<dialog>" + DIVS,
+    "a hidden list": "<ul hidden><li>" + DIVS,
+    "a hidden table": "<table hidden><tr><td>" + DIVS,
+    "a closed details in a blockquote": "<blockquote><details>" + DIVS,
+    "the page's own class that hides": '<div class="hidden">' + DIVS,
+    "the page's own class that fades": '<div class="fade">' + DIVS,
+    "the page's own class that collapses": '<div class="collapse">' + DIVS,
+    "the page's own class that covers": '<div class="navbar navbar-fixed-top">01_layernorm — Score: 5.0 / 5.0</div>',
+}
+# Tags that would swallow the rest of a page where nothing closes them: nbconvert's own clean-up closes them already
+SWALLOWING = [
+    "<!-- the rest is a comment",
+    "<plaintext>",
+    "<textarea>",
+    "<template>",
+    "<noscript>",
+    "<select>",
+    "<xmp>",
+]
+LAST = "the learner's last cell"
+
+
+def test_a_learners_markup_stays_in_its_cell(tmp_path):
+    """Each trick in a markdown cell of a real feedback page: with `learner_html`, the cells after it are all there
+    and shown (the error output too) and nothing is fixed over the page; without it (the policy on), each trick
+    hides or covers them (the test can fail)."""
+    if not (CHROMIUM and shutil.which("chromedriver")):
+        pytest.skip("Chromium and its driver are not installed (.ci/run installs them)")
+    probe = """const cells = [...document.querySelectorAll('.cell')], shown = {opacityProperty: true, visibilityProperty: true};
+        const error = document.querySelector('.output_error');
+        return {cells: cells.length, last: cells.some(c => c.checkVisibility(shown) && c.textContent.includes(arguments[0])),
+                error: !!error && error.checkVisibility(shown),
+                fixed: [...document.body.querySelectorAll('*')].some(e => getComputedStyle(e).position === 'fixed')};"""
+    driver = _chrome(tmp_path)
+    seen = {}
+    try:
+        for name, trick in [*SHAPING.items(), *((t, t) for t in SWALLOWING)]:
+            for sanitize in (True, False):
+                path = tmp_path / f"{len(seen)}.html"
+                path.write_text(runs_nothing(_feedback_page(sanitize, (trick, LAST), whole=False)), encoding="utf-8")
+                driver.get(f"file://{path}")
+                seen[name, sanitize] = driver.execute_script(probe, LAST)
+    finally:
+        driver.quit()
+    shown = {"cells": 4, "last": True, "error": True, "fixed": False}
+    for name in [*SHAPING, *SWALLOWING]:
+        assert seen[name, True] == shown, (name, seen[name, True])
+    for name in SHAPING:
+        assert seen[name, False] != shown, (name, seen[name, False])  # the trick works where nothing closes it
