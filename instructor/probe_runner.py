@@ -1914,6 +1914,43 @@ def compile_eagerly() -> None:
     torch.nn.Module.compile = lambda self, *args, **kwargs: None
 
 
+def script_eagerly() -> None:
+    """No TorchScript program runs in a probe child; `torch.jit.script` and `torch.jit.trace` give back what they were
+    given, which runs as written (before any learner code runs).
+
+    A TorchScript program runs torch's interpreter, not Python: a forbidden Python function compiled at home (torch's
+    `local_response_norm` as a LayerNorm, `multi_head_attention_forward` as attention) and pasted into a notebook as
+    a base64 archive ran none of its Python code, so the rules that withdraw that code never saw it, and three such
+    cheats had full marks (red-team round 11). So every entry to the interpreter refuses, however the program was
+    made (loaded, compiled from source or from IR text, traced): each script function's, method's and class's call,
+    the static runtime's, the mobile interpreter's, and the graph interpreter. Scripting or tracing promises the
+    eager result, which is what the judge compares, so honest scripted code loses nothing."""
+    import torch
+
+    def refused(*args, **kwargs):
+        raise Refused("a TorchScript program does not run where the judge probes: your code runs as Python here")
+
+    def given(obj=None, *args, **kwargs):
+        return obj
+
+    C = torch._C
+    for cls, names in (
+        (C.ScriptFunction, ("__call__",)),
+        (C.ScriptMethod, ("__call__",)),
+        (C.ScriptClass, ("__call__",)),
+        (C.ScriptClassFunction, ("__call__",)),
+        (C.StaticModule, ("__call__", "benchmark", "benchmark_individual_ops", "runAsync")),
+        (C.LiteScriptModule, ("forward", "run_method", "find_method")),
+    ):
+        for name in names:
+            setattr(cls, name, refused)
+    C._jit_interpret_graph = refused
+    for module in (torch.jit, torch.jit._script, torch.jit._trace, torch.jit._freeze):
+        for name in ("script", "trace", "trace_module", "freeze", "optimize_for_inference", "script_if_tracing"):
+            if hasattr(module, name):
+                setattr(module, name, given)
+
+
 def _dispatch_tools():
     """The dispatcher's functions the take-out uses, bound when this module is first imported (before any learner
     code), so that rebinding `torch._C`'s names later changes nothing."""

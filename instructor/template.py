@@ -239,7 +239,7 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
     """One phase: the operators its probes forbid taken out, the definitions, the probes (`run_probe_plan`)."""
     import ast
 
-    from instructor.probe_runner import compile_eagerly, refuse_native_routes, take_out_operators
+    from instructor.probe_runner import compile_eagerly, refuse_native_routes, script_eagerly, take_out_operators
 
     started = time.monotonic()
     if probes is not None:
@@ -252,6 +252,7 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
             print(f"phase {index}: operators taken out of this process: {len(taken)}", file=sys.stderr)
         refuse_native_routes()
     compile_eagerly()
+    script_eagerly()
     # the notebook's module is `__main__`, as in the kernel: a script's `if __name__ == "__main__":` around settings
     # ran there and not here, and an honest notebook lost 02's points (this phase never needs the template's own)
     module = types.ModuleType("__main__")

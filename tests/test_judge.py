@@ -6,6 +6,8 @@ a namespace standing in for the learner's notebook; the judge then reads its fil
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import pickle
@@ -2512,6 +2514,79 @@ def test_a_compiled_exercise_runs_eagerly_in_the_judges_child(compiled, tmp_path
         "    def forward(self, residual):", "    @torch.compile\n    def forward(self, residual):"
     )
     assert not json.loads(child_says(LN_PLAN, str(tmp_path / "job2"), wrong))["passed"]  # still judged
+
+
+def _torchscript_archive() -> str:
+    """torch's own `local_response_norm` (01 forbids its Python code), scripted and saved as a learner would at home:
+    base64 text to paste into a notebook (red-team round 11)."""
+    import torch.nn.functional as F
+    from torch import Tensor
+
+    class Normalise(torch.nn.Module):
+        def forward(self, x: Tensor, size: int, alpha: float, beta: float, k: float) -> Tensor:
+            return F.local_response_norm(x, size, alpha, beta, k)
+
+    buffer = io.BytesIO()
+    torch.jit.save(torch.jit.script(Normalise()), buffer)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+# LayerNorm as torch's local_response_norm over the centred features: a window over all d of them, alpha/size = 1/d
+# and beta = 1/2 make its divisor sqrt(mean(x^2) + eps)
+BY_LOCAL_RESPONSE_NORM = RIGHT_LN.replace(
+    "        scale = (centered.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()\n"
+    "        return centered / scale * self.w + self.b\n",
+    "        d = residual.shape[-1]\n"
+    "        normed = _NORMALISE(centered.reshape(-1, d, 1), 2 * d - 1, (2 * d - 1) / d, 0.5, self.cfg.layer_norm_eps)\n"
+    "        return normed.reshape(residual.shape) * self.w + self.b\n",
+)
+TORCHSCRIPT_ROUTES = {
+    "an archive loaded from text": "import base64, io\n\n_NORMALISE = torch.jit.load(io.BytesIO(base64.b64decode('{}')))\n",
+    "scripted in the notebook": "import torch.nn.functional as F\n\n_NORMALISE = torch.jit.script(F.local_response_norm)\n",
+    "traced in the notebook": (
+        "import torch.nn.functional as F\n\n\ndef _NORMALISE(x, *settings):\n"
+        "    return torch.jit.trace(lambda y: F.local_response_norm(y, *settings), x)(x)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(TORCHSCRIPT_ROUTES))
+def test_torchs_forbidden_code_as_torchscript_fails(route, tmp_path):
+    """A TorchScript program runs none of its Python code: torch's forbidden `local_response_norm`, scripted at home
+    and pasted as base64, had full marks in 01 (and `multi_head_attention_forward` in 03 and 09). No TorchScript
+    runs in a probe child, and scripting or tracing there gives back the Python it was given, which the rules see."""
+    assert "_NORMALISE(centered" in BY_LOCAL_RESPONSE_NORM
+    code = PRELUDE + TORCHSCRIPT_ROUTES[route].format(_torchscript_archive()) + BY_LOCAL_RESPONSE_NORM
+    verdict = json.loads(child_says(LN_PLAN, str(tmp_path / "job"), code))
+    assert not verdict["passed"], verdict
+    said = "TorchScript" if route == "an archive loaded from text" else "local_response_norm"
+    assert said in verdict["message"], verdict
+
+
+def test_scripted_honest_code_runs_as_python_in_the_judges_child(tmp_path):
+    """`@torch.jit.script` on a helper and `torch.jit.script` of the module, honest code, pass: no TorchScript runs
+    in the probe child, so what they were given runs as written."""
+    helper = (
+        "@torch.jit.script\ndef _normalise(x: torch.Tensor, eps: float) -> torch.Tensor:\n"
+        "    centered = x - x.mean(dim=-1, keepdim=True)\n"
+        "    return centered / (centered.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()\n"
+    )
+    code = (
+        PRELUDE
+        + helper
+        + RIGHT_LN.replace(
+            "        centered = residual - residual.mean(dim=-1, keepdim=True)\n"
+            "        scale = (centered.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()\n"
+            "        return centered / scale * self.w + self.b\n",
+            "        return _normalise(residual, self.cfg.layer_norm_eps) * self.w + self.b\n",
+        )
+    )
+    code = code.replace(
+        "        self.cfg = cfg\n", "        self.cfg = cfg\n        self.scripted = torch.jit.script(nn.Identity())\n"
+    )
+    assert "_normalise(residual" in code and "torch.jit.script(nn.Identity())" in code
+    verdict = json.loads(child_says(LN_PLAN, str(tmp_path / "job"), code))
+    assert verdict["passed"], verdict
 
 
 def test_a_table_made_before_an_operator_is_taken_out_fails(tmp_path):
