@@ -40,6 +40,7 @@ The notebooks run in their fast mode (COURSE_FAST=1) unless the environment sets
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -49,6 +50,7 @@ import secrets
 import select
 import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -132,6 +134,66 @@ def as_code(text: str) -> str:
     """`text` as one Markdown code span, shown as it is: a verdict can quote the learner's own exception text, and
     nbgrader renders comments as Markdown into the feedback page (a `<script>` and a `javascript:` link were live)."""
     return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
+
+
+# What this process does with a submission's content (normalising it, planning its probes) runs in a child of its
+# own for at most this long: nothing in a notebook holds the batch (a cell of 499 `%time` lines made IPython's
+# transformer quadratic here, and held every student's grading for two minutes: red-team round 11)
+PREPARE_TIMEOUT = 60.0
+
+
+def bounded(fn, *args, timeout: float = PREPARE_TIMEOUT):
+    """`fn(*args)` in a forked child, its JSON result read back: `TimeoutError` past `timeout` seconds (the child
+    killed), `ChildFailed` with the child's error."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        try:
+            payload = {"ok": fn(*args)}
+        except BaseException as err:  # noqa: BLE001 - said to the parent
+            payload = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+        try:
+            data = json.dumps(payload).encode()
+        except Exception as err:  # noqa: BLE001
+            data = json.dumps({"error": f"{type(err).__name__}: {str(err)[:300]}"}).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write, view) :]
+        os._exit(0)
+    os.close(write)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read], [], [], left)[0]:
+                raise TimeoutError(f"it took more than {timeout:.0f} s")
+            chunk = os.read(read, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    result = json.loads(b"".join(chunks) or b'{"error": "the child ended with no result"}')
+    if "error" in result:
+        raise ChildFailed(result["error"])
+    return result["ok"]
+
+
+class ChildFailed(RuntimeError):
+    """What `bounded`'s child raised, as "Type: message"."""
+
+
+def _why(err: BaseException) -> str:
+    return str(err) if isinstance(err, ChildFailed) else f"{type(err).__name__}: {err}"
+
+
+def _normalised(learner: dict, release: dict, name: str) -> tuple[str, list[str]]:
+    nb, flags = normalise(learner, release, name)
+    return dumps_notebook(nb), flags
 
 
 @dataclass
@@ -462,7 +524,7 @@ class Grader:
                 release = read_json(self.course / "release" / name / f"{name}.ipynb")
                 try:
                     learner = read_submission(found[name])
-                    nb, norm_flags = normalise(learner, release, name)
+                    text, norm_flags = bounded(_normalised, learner, release, name)
                 except Unreadable as err:
                     self.skipped.append({"student": student, "notebook": name, "reason": str(err)})
                     continue
@@ -471,13 +533,13 @@ class Grader:
                         {
                             "student": student,
                             "notebook": name,
-                            "reason": f"could not be normalised: {type(err).__name__}: {err}"[:300],
+                            "reason": f"could not be normalised: {_why(err)}"[:300],
                         }
                     )
                     continue
                 path = self.course / "submitted" / student / name / f"{name}.ipynb"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(dumps_notebook(nb), encoding="utf-8")
+                path.write_text(text, encoding="utf-8")
                 self.items.append(Item(student, name, path, flags + norm_flags))
         self.say(
             f"{len(self.items)} notebooks from {len(students)} students to grade"
@@ -490,10 +552,10 @@ class Grader:
             folder.mkdir(parents=True, exist_ok=True)
             source = read_json(Path(self.args.solutions) / f"{item.notebook}.ipynb")
             try:
-                text = json.dumps(build_plan(source, read_json(item.path), item.notebook), indent=1)
-                plan = json.loads(text)
-            except Exception as err:  # noqa: BLE001 - RecursionError on a deep expression, ...: this notebook only
-                message = f"the judge could not plan this notebook ({type(err).__name__}: {str(err)[:200]})"
+                plan = bounded(build_plan, source, read_json(item.path), item.notebook)
+                text = json.dumps(plan, indent=1)
+            except Exception as err:  # noqa: BLE001 - RecursionError on a deep expression, a time-out: this notebook
+                message = f"the judge could not plan this notebook ({_why(err)[:200]})"
                 item.flags.append(message)
                 item.probed = {"wall": 0.0, "failed": message}
                 item.judged = judge.no_result(item.notebook, message)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import functools
 import math
 import re
 
@@ -27,11 +28,20 @@ from instructor.course import cell_kind, cell_source, nbgrader_meta
 TRANSPARENT_CELL_MAGICS = {"time", "capture"}
 
 
+# IPython's transformer reads a cell again for each magic it rewrites (quadratic: 499 `%time` lines in a 20 kB cell
+# held the grader two minutes); a cell with more is read as one the parser cannot take
+MAX_MAGICS = 64
+
+
+@functools.lru_cache(maxsize=1024)
 def ipython_to_python(source: str) -> str:
     """Cell source as plain Python (`%magic` and `!shell` lines become `get_ipython()` calls; the body of a cell
     under `%%time` or `%%capture` is the cell's code)."""
-    if not re.search(r"^\s*[%!]|\?\s*$", source, flags=re.MULTILINE):
+    magics = len(re.findall(r"^\s*[%!]|\?\s*$", source, flags=re.MULTILINE))
+    if not magics:
         return source
+    if magics > MAX_MAGICS:
+        raise SyntaxError(f"more than {MAX_MAGICS} magic or shell lines in one cell: not read")
     first, _, body = source.lstrip("\n").partition("\n")
     magic = re.match(r"%%(\w+)", first.strip())
     if magic and magic.group(1) in TRANSPARENT_CELL_MAGICS:
@@ -572,6 +582,17 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             mapped[index] = tests.get(grade_id)
         elif _norm(cell_source(cell)) in given_by_text:
             mapped[index] = given_by_text[_norm(cell_source(cell))]
+    cell_names = {}  # each cell parsed once, however many exercises are looked for
+
+    def names_of(index: int) -> set[str] | None:
+        if index not in cell_names:
+            try:
+                tree = ast.parse(ipython_to_python(cell_source(learner_nb["cells"][index])))
+                cell_names[index] = set(defined_names(tree))
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                cell_names[index] = None
+        return cell_names[index]
+
     for ex, sol in solutions.items():
         if ex in learner_for:
             continue
@@ -579,11 +600,10 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
         for index, cell in enumerate(learner_nb["cells"]):
             if cell.get("cell_type") != "code" or index in mapped:
                 continue
-            try:
-                names = defined_names(ast.parse(ipython_to_python(cell_source(cell))))
-            except (SyntaxError, RecursionError, MemoryError, ValueError):
+            names = names_of(index)
+            if names is None:
                 continue
-            if sol["names"] and set(sol["names"]) <= set(names):
+            if sol["names"] and set(sol["names"]) <= names:
                 learner_for[ex] = index
         if ex in learner_for:
             mapped[learner_for[ex]] = sol["index"]

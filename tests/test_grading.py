@@ -17,12 +17,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from instructor.collect import normalise
 from instructor.course import REPO_ROOT, cell_source, nbgrader_meta, notebook_names, read_json
-from instructor.grade import prepare_course
+from instructor.grade import ChildFailed, bounded, prepare_course
 from instructor.plan import build_plan, definitions_only
 
 LN, EMB = "01_layernorm", "02_embeddings"
@@ -1491,6 +1492,23 @@ def test_plan_survives_an_expression_too_deep_for_the_parser():
     nb["cells"].insert(1, code_cell("x = " + "-" * 100000 + "1"))
     plan = build_plan(sol, nb, LN)
     assert any("could not be parsed" in (s.get("error") or "") for s in plan["steps"])
+
+
+def test_no_submission_holds_the_batch_while_it_is_prepared():
+    """Red-team round 11: one added cell of 499 `%time` lines made IPython's transformer quadratic in the grader's own
+    process, and every student's grading waited two minutes for it. A cell of more than `MAX_MAGICS` magics is read
+    as one the parser cannot take (the rest is planned, in milliseconds), and whatever this process does with a
+    submission's content runs in a child that is killed past its time (`grade.bounded`)."""
+    sol = solution(LN)
+    nb = copy.deepcopy(sol)
+    nb["cells"].insert(1, code_cell("%time pass\n" * 499 + "_z = 1\n" * 2500))
+    plan = bounded(build_plan, sol, nb, LN, timeout=20)  # it took 120 s
+    assert any("more than 64 magic" in (s.get("error") or "") for s in plan["steps"]), plan["steps"][:3]
+    assert any("class LayerNorm" in s["code"] for s in plan["steps"])  # the exercise is still planned
+    with pytest.raises(TimeoutError):
+        bounded(time.sleep, 30, timeout=0.5)
+    with pytest.raises(ChildFailed, match="ZeroDivisionError"):
+        bounded(divmod, 1, 0)
 
 
 def test_the_grading_order_names_real_notebooks():
