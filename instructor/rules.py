@@ -141,6 +141,12 @@ BACKEND_OPS = (
     "quantized::*",
     "_quantized::*",
 )
+# torch's encoder and decoder layers compute 09's answers in their forwards; the file's helpers do not, and
+# `nn.Transformer.generate_square_subsequent_mask`, the causal mask 09's own demonstration builds, failed honest
+# attention there while the whole file was ruled on (red-team round 11)
+_TRANSFORMER_LAYERS = tuple(
+    f"py:torch/nn/modules/transformer.py:{name}" for name in ("forward", "_sa_block", "_mha_block", "_ff_block")
+)
 FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "01_layernorm": {"*": _NORMS + _PYTHON_NORMS},
     "03_attention": {"*": _ATTENTION + _MHA},
@@ -148,7 +154,7 @@ FORBIDDEN_OPS: dict[str, dict[str, tuple[str, ...]]] = {
     "05_full_gpt2": {"cross_entropy_loss": _CROSS_ENTROPY},  # "without F.cross_entropy"
     # 09's attention is 03's, with masks: refused what 03's is (SDPA scored full marks here while only the
     # Transformer modules were ruled on)
-    "09_encoder_decoder": {"*": ("py:torch/nn/modules/transformer.py", *_MHA, *_ATTENTION)},
+    "09_encoder_decoder": {"*": (*_TRANSFORMER_LAYERS, *_MHA, *_ATTENTION)},
 }
 
 

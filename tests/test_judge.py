@@ -1550,6 +1550,18 @@ def test_trained_weights_allow_a_few_rounding_flukes_and_no_more():
 
 
 HONEST_VARIANTS = {
+    # 09's demonstration builds its causal mask so; the exercise forbids torch's layers' forwards, not the file's
+    # helpers (red-team round 11: ruling on the whole file failed this honest attention, 9 of 19 points)
+    "a causal mask from nn.Transformer": (
+        "09_encoder_decoder",
+        "test_multi_head_attention",
+        "            future = torch.triu(torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device), diagonal=1)\n",
+        (
+            "            future = nn.Transformer.generate_square_subsequent_mask(n_q, device=scores.device, dtype=torch.bool)"
+            " if n_q == n_k else torch.triu(torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device), diagonal=1)\n"
+            "            future = future if future.dtype == torch.bool else future.isinf()\n"
+        ),
+    ),
     # the batch probe judges the batches by rules (their size, fresh ones, training windows only), not against the
     # course's draw: windows drawn without replacement pass
     "batches drawn without replacement": (
@@ -2649,6 +2661,33 @@ for make in (lambda: torch.nn.TransformerEncoderLayer(8, 2), fresh, copied):
         said.append(str(err))
 print(json.dumps(said))
 """
+
+
+TORCHS_LAYERS_IN_09 = """
+import json, torch
+from instructor import rules
+from instructor.probe_runner import withdraw_python
+withdraw_python(rules.forbidden_ops("09_encoder_decoder", "encoder_layer"))
+layer, x, said = torch.nn.TransformerEncoderLayer(8, 2, batch_first=True), torch.randn(2, 3, 8), []
+for run in (lambda: layer(x), lambda: layer._ff_block(x), lambda: layer._sa_block(x, None, None),
+            lambda: torch.nn.Transformer.generate_square_subsequent_mask(3)):
+    try:
+        run()
+        said.append("ran")
+    except RuntimeError as err:
+        said.append(str(err))
+print(json.dumps(said))
+"""
+
+
+def test_09_refuses_torchs_layers_and_keeps_their_helpers():
+    """What 09 forbids in torch's transformer.py is its layers' forwards and blocks, which compute the answers; the
+    causal-mask helper its own demonstration uses runs."""
+    forward, ff_block, sa_block, mask = json.loads(child_says(TORCHS_LAYERS_IN_09))
+    assert "forbids TransformerEncoderLayer.forward" in forward, forward
+    assert "forbids TransformerEncoderLayer._ff_block" in ff_block, ff_block
+    assert "forbids TransformerEncoderLayer._sa_block" in sa_block, sa_block
+    assert mask == "ran"
 
 
 def test_a_withdrawn_oracle_cannot_run_afresh_nor_be_copied():
