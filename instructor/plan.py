@@ -85,8 +85,10 @@ def _sets_own(stmt: ast.stmt, own: frozenset[str]) -> bool:
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if not isinstance(call, ast.Call):
         return False
-    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.attr == "register":
-        return call.func.value.id in own  # `gelu_new.register(torch.Tensor, _on_tensors)`: a singledispatch's case
+    if isinstance(call.func, ast.Attribute) and call.func.attr.startswith("register"):
+        # `gelu_new.register(torch.Tensor, _on_tensors)`: a singledispatch's case; `op.register_autograd(...)`,
+        # `op.register_fake(...)`: a custom operator's (a bare `register_autograd` call was dropped: round 11)
+        return _root_name(call.func.value) in own
     return (
         isinstance(call.func, ast.Name)
         and call.func.id == "setattr"
@@ -100,17 +102,116 @@ def _is_globals(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals"
 
 
+def _is_sys(node: ast.AST, attr: str) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == attr
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
+
+
 def _binds_through_namespace(stmt: ast.stmt) -> bool:
     """A statement that binds names in the notebook's namespace without a definition's syntax: `globals()[k] = v`,
-    `globals().update(...)`, `exec(source)` (which defines what `source` defines)."""
+    `globals().update(...)`, `exec(source)` (which defines what `source` defines), and one that makes a module
+    importable: `sys.modules[name] = module`, `sys.path.insert(0, folder)` (an in-memory helper module was dropped
+    so, and its import failed: red-team round 11)."""
     if isinstance(stmt, ast.Assign):
-        return all(isinstance(t, ast.Subscript) and _is_globals(t.value) for t in stmt.targets)
+        return all(
+            isinstance(t, ast.Subscript) and (_is_globals(t.value) or _is_sys(t.value, "modules")) for t in stmt.targets
+        )
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if not isinstance(call, ast.Call):
         return False
     if isinstance(call.func, ast.Name) and call.func.id == "exec":
         return True
-    return isinstance(call.func, ast.Attribute) and call.func.attr == "update" and _is_globals(call.func.value)
+    if not isinstance(call.func, ast.Attribute):
+        return False
+    if call.func.attr in ("update", "setdefault") and _is_sys(call.func.value, "modules"):
+        return True
+    if call.func.attr in ("append", "insert", "extend") and _is_sys(call.func.value, "path"):
+        return True
+    return call.func.attr == "update" and _is_globals(call.func.value)
+
+
+# What a helper module's text may be made with where it is written: a constant, a name, and string methods
+_TEXT_CALLS = frozenset({"dedent", "cleandoc", "format", "join", "strip", "lstrip", "rstrip", "replace", "encode"})
+
+
+def _plain_text(node: ast.AST) -> bool:
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Call):
+            func = inner.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name not in _TEXT_CALLS and name not in ("str", "repr", "Path", "open"):
+                return False
+    return True
+
+
+def _is_open(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open"
+
+
+def _writes_a_file(stmt: ast.stmt) -> bool:
+    """A file written whole from text at top level: `Path(p).write_text(text)`, `open(p, "w").write(text)`, or a
+    `with open(p, "w") as f:` that only writes text to `f`: a helper module that a later import reads (each was
+    dropped as an action, and the honest exercise that imported it scored 0: red-team round 11)."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute):
+        call, func = stmt.value, stmt.value.func
+        writer = func.attr in ("write_text", "write_bytes") or func.attr == "write" and _is_open(func.value)
+        return writer and _plain_text(func.value) and all(_plain_text(a) for a in [*call.args, *call.keywords])
+    if not isinstance(stmt, ast.With) or not stmt.body:
+        return False
+    handles = set()
+    for item in stmt.items:
+        if not (_is_open(item.context_expr) and isinstance(item.optional_vars, ast.Name)):
+            return False
+        if not _plain_text(item.context_expr):
+            return False
+        handles.add(item.optional_vars.id)
+    for inner in stmt.body:
+        call = inner.value if isinstance(inner, ast.Expr) else None
+        if not isinstance(call, ast.Call) or not all(_plain_text(a) for a in [*call.args, *call.keywords]):
+            return False
+        func = call.func
+        to_handle = isinstance(func, ast.Attribute) and func.attr in ("write", "writelines")
+        to_handle = to_handle and isinstance(func.value, ast.Name) and func.value.id in handles
+        printed = isinstance(func, ast.Name) and func.id == "print"
+        printed = printed and any(
+            k.arg == "file" and isinstance(k.value, ast.Name) and k.value.id in handles for k in call.keywords
+        )
+        if not (to_handle or printed):
+            return False
+    return True
+
+
+def _only_defines_globals(fn: ast.stmt) -> bool:
+    """A function that declares names global and binds them only with definitions (`def _define(): global
+    LayerNorm; class LayerNorm: ...`): calling it defines them, as a cell would (round 11: the call was dropped)."""
+    if not isinstance(fn, ast.FunctionDef) or not any(isinstance(s, ast.Global) for s in fn.body):
+        return False
+    definitions = (
+        ast.Global,
+        ast.Import,
+        ast.ImportFrom,
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.ClassDef,
+        ast.Pass,
+    )
+    return all(
+        isinstance(s, definitions) or isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) for s in fn.body
+    )
+
+
+def _calls_a_definer(stmt: ast.stmt, definers: set[str]) -> bool:
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id in definers
+        and all(isinstance(a, (ast.Constant, ast.Name)) for a in [*call.args, *(k.value for k in call.keywords)])
+    )
 
 
 def _is_definition(stmt: ast.stmt, own: frozenset[str] = frozenset()) -> bool:
@@ -336,14 +437,20 @@ def _definitions_in(
     else is an action, dropped into `dropped`. `data`: the names an enclosing body bound to values of its own,
     which this one may fill in; `tables`: those bound to a literal table, which a loop may walk."""
     kept = []
+    definers = set()  # functions of this body that only define globals (`_only_defines_globals`)
     data = set(data)  # names this body binds to values of its own (`C = {}`), which it may then fill in
     tables = set(tables)  # names this body binds to a literal table (`PAIRS = [("a", 1)]`), which a loop may walk
     for stmt in body:
         if isinstance(stmt, (ast.Break, ast.Continue)):  # a kept loop's own control flow
             kept.append(stmt)
             continue
+        if _writes_a_file(stmt) or _calls_a_definer(stmt, definers):
+            kept.append(stmt)
+            continue
         if _is_definition(stmt, own) or _fills_own_data(stmt, data):
             kept.append(stmt)
+            if _only_defines_globals(stmt):
+                definers.add(stmt.name)
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 names = {
                     n.id

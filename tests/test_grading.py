@@ -428,6 +428,11 @@ class PosEmbed(nn.Module):
     ):
         nb["cells"].insert(index_of(nb, "layernorm"), code_cell(cell))
     out["unusual_honest_3"] = {LN: nb}
+    # ... helper modules written with `open` and `Path.write_text` and one registered in `sys.modules`, the class
+    # defined by a function that declares it global, rich imported (red-team round 11: each lost the exercise)
+    nb = set_source(ln(), "layernorm", UNUSUAL_4)
+    nb["cells"].insert(index_of(nb, "layernorm"), code_cell(HELPERS_4))
+    out["unusual_honest_4"] = {LN: nb}
     # ... a method added to its class in a later cell, with modules the static scan refused until it was retired
     nb = set_source(ln(), "layernorm", LATE_CLASS)
     out["late_method"] = {LN: insert_after(nb, "layernorm", LATE_METHOD)}
@@ -435,6 +440,43 @@ class PosEmbed(nn.Module):
 
 
 LATE_CLASS = WRONG_LAYERNORM.split("\n    def forward")[0] + "\n"  # the class with no forward of its own
+HELPERS_4 = """import sys
+import types
+from pathlib import Path
+
+with open("ln_centre.py", "w") as f:
+    f.write("def centre(x):\\n    return x - x.mean(dim=-1, keepdim=True)\\n")
+Path("ln_power.py").write_text("POWER = 2\\n")
+_module = types.ModuleType("ln_eps")
+exec("def with_eps(v, eps):\\n    return v + eps\\n", _module.__dict__)
+sys.modules["ln_eps"] = _module
+"""
+UNUSUAL_4 = """import torch
+from ln_centre import centre
+from ln_eps import with_eps
+from ln_power import POWER
+from rich.text import Text
+from torch import nn
+
+
+def _define():
+    global LayerNorm
+
+    class LayerNorm(nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            self.cfg, self.label = cfg, Text("LayerNorm")
+            self.w = nn.Parameter(torch.ones(cfg.d_model))
+            self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+        def forward(self, residual):
+            centered = centre(residual)
+            variance = centered.pow(POWER).mean(dim=-1, keepdim=True)
+            return centered / with_eps(variance, self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+
+
+_define()
+"""
 UNUSUAL_3 = (
     """import functools
 
@@ -765,6 +807,7 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "unusual_honest": "all",
     "unusual_honest_2": "all",
     "unusual_honest_3": "all",
+    "unusual_honest_4": "all",
     "late_method": "all",
 }
 TAMPERING = ["check_tampering", "patched_torch", "class_body_patch", "reference_reach", "components"]
@@ -1075,6 +1118,36 @@ def test_definitions_only_drops_top_level_actions():
         "    pass",
     ]
     assert len(dropped) == 2
+
+
+def test_definitions_only_keeps_what_makes_a_helper_module_or_a_definition():
+    """Honest code red-team round 11 saw dropped as actions (the exercise then scored 0): a helper module written
+    from text with `open` or `Path.write_text` and imported, one registered in `sys.modules`, a function that only
+    defines globals and is called, a custom operator's bare `register_autograd`. Not what only looks like them."""
+    kept_code = {
+        "with open('h.py', 'w') as f:\n    f.write(SRC)\n    print('x = 1', file=f)",
+        "Path('h.py').write_text(textwrap.dedent(SRC))",
+        "open('h.py', 'w').write(SRC)",
+        "sys.modules['h'] = module",
+        "sys.path.insert(0, 'helpers')",
+        "def _define():\n    global LayerNorm\n    class LayerNorm:\n        pass\n_define()",
+        "_op.register_autograd(_backward, setup_context=_setup)",
+    }
+    dropped_code = {
+        "with open('h.py', 'w') as f:\n    f.write(train())",
+        "with open('log.txt', 'w') as f:\n    train(f)",
+        "Path('log.txt').write_text(str(train()))",
+        "def _go():\n    global model\n    model = train()\n_go()",
+        "model.forward = train()",
+        "other.register_autograd(_backward)",
+    }
+    own = frozenset({"_op", "_backward", "_setup"})
+    for code in kept_code:
+        tree, dropped = definitions_only(ast.parse(code), own)
+        assert not dropped, (code, dropped)
+    for code in dropped_code:
+        tree, dropped = definitions_only(ast.parse(code), own)
+        assert dropped, (code, ast.unparse(tree))
 
 
 def test_definitions_only_keeps_a_table_the_cell_fills_in():
@@ -1463,6 +1536,9 @@ def test_unusual_honest_code_gets_full_marks(graded):
     assert [r["grade_id"] for r in rows] == ["test_layernorm"] and not rows[0]["flags"], rows
     # a singledispatch's `register`, a table bound in an added cell and filled in the exercise, `%run` of a helper
     rows = check_expected(graded, "unusual_honest_3")
+    assert [r["grade_id"] for r in rows] == ["test_layernorm"] and rows[0]["judge"] == "passed", rows
+    # helper modules written with open and Path.write_text and put in sys.modules, a class a function defines, rich
+    rows = check_expected(graded, "unusual_honest_4")
     assert [r["grade_id"] for r in rows] == ["test_layernorm"] and rows[0]["judge"] == "passed", rows
 
 
