@@ -1731,6 +1731,15 @@ def no_new_tasks() -> None:
         except Exception:  # noqa: BLE001, S110 - then a probe's record fails, and says so
             pass
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+        import threading
+
+        def refused(*args, **kwargs):  # what the kernel refuses anyway, said so that a learner knows why
+            raise RuntimeError(
+                "can't start new thread: the judge runs your code in one thread, with none of its own (a progress "
+                "bar that redraws itself from a thread, as rich's does, cannot run there; tqdm's can)"
+            )
+
+        threading._start_new_thread = refused
 
 
 MAX_PHASES = 4
