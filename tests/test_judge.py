@@ -1653,6 +1653,18 @@ def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, 
 # job, a batch of two, top_k=1 only, one end-of-text id, layers 0 and 1, forward alone, a loss's value alone). Each
 # runs in several jobs: a constant that one job's shapes happen to match must fail the next.
 FIXED_INPUT_MISTAKES = {
+    # d_model = n_heads * d_head in GPT-2, not in the checks' shapes: the judge's second shape in 01-04 breaks it too
+    # (red-team round 11: passed the judge, failed only the check)
+    "an out-projection of [d_model, d_model]": (
+        "03_attention",
+        "test_attention",
+        [
+            (
+                "        return project_heads(z, self.W_O, self.b_O)  # [batch pos d_model]",
+                "        return z.flatten(2) @ self.W_O.reshape(self.cfg.d_model, self.cfg.d_model) + self.b_O",
+            )
+        ],
+    ),
     "split_heads with 4 heads written in": (
         "00_tour",
         "test_split_heads",
