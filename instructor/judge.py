@@ -1011,6 +1011,7 @@ class Prepared:
 
 
 TWIN = 50_000  # a probe's run on the job's second shape: "p<TWIN + i>"
+TWINNED_CONFIGS = ("gpt2", "gpt2_eps", "encdec", "encdec_pad")
 # The notebooks whose checks try a d_model that is not n_heads * d_head (harness.checks.PROBE_CONFIG): the judge's
 # second shape is one too, so code that assumes they are equal fails both (an attention whose out-projection was
 # [d_model, d_model] passed the judge and failed only the check: red-team round 11). GPT-2's checkpoints, and so 05's
@@ -1146,15 +1147,17 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return torch.stack(rows)
     if kind == "right_padded":  # ordinary ids (no padding, BOS or EOS), then padding at the end of some rows (the
         # first row's last position always, the first position never)
-        ordinary = torch.tensor([t for t in range(3, cfg["d_vocab"]) if t != cfg["pad_id"]])
+        ordinary = torch.tensor(_ordinary_ids(cfg))
         tokens = ordinary[torch.randint(0, len(ordinary), shape, generator=gen)]
         padding = _random_input("padding", shape, cfg, gen)
         padding[0, -1] = shape[-1] > 1
         return tokens.masked_fill(padding, cfg["pad_id"])
     if kind == "special_free_tokens":  # no padding, BOS or EOS id
-        return torch.randint(3, cfg["d_vocab"], shape, generator=gen)
+        ordinary = torch.tensor(_ordinary_ids(cfg))
+        return ordinary[torch.randint(0, len(ordinary), shape, generator=gen)]
     if kind == "padded_tokens":  # then padding at the end of some rows (never a whole row)
-        tokens = torch.randint(3, cfg["d_vocab"], shape, generator=gen)
+        ordinary = torch.tensor(_ordinary_ids(cfg))
+        tokens = ordinary[torch.randint(0, len(ordinary), shape, generator=gen)]
         padding = _random_input("padding", shape, cfg, gen)
         padding[-1, -1] = True  # at least one padding token
         return tokens.masked_fill(padding, cfg["pad_id"])
@@ -1241,6 +1244,53 @@ def _job_config(unlike: dict | None = None, apart: bool = False) -> dict:
         sizes = [cfg[k] for k in ("d_model", "n_heads", "d_head", "d_mlp", "n_layers", "n_ctx", "d_vocab")]
         if len(set(sizes)) == len(sizes) and (unlike is None or all(cfg[k] != unlike[k] for k in SIZES)):
             return cfg
+
+
+ENCDEC_SIZES = ("d_model", "n_heads", "d_head", "d_ff", "n_layers", "d_vocab")
+
+
+def _job_encdec(unlike: dict | None = None) -> dict:
+    """09's encoder-decoder shape and special ids for one job, drawn afresh (secrets), as `_job_config` draws
+    GPT-2's: every size unlike the others and unlike the other shape's, and pad, BOS and EOS three ids drawn from the
+    whole vocabulary (09's probes all used one shape and ids 0, 1 and 2, and stacks of `range(2)` layers, a scale
+    of sqrt(d_model // 4) and those ids written in had full marks: red-team round 12). d_model is n_heads * d_head,
+    as 09's checks' nn.MultiheadAttention needs."""
+    while True:
+        n_heads, d_head = 2 + secrets.randbelow(4), 3 + secrets.randbelow(6)
+        d_vocab = 15 + secrets.randbelow(9)
+        pad, bos, eos = _distinct(3, d_vocab)
+        cfg = {
+            **SMALL_ENCDEC,
+            "n_heads": n_heads,
+            "d_head": d_head,
+            "d_model": n_heads * d_head,
+            "d_ff": n_heads * d_head + 1 + secrets.randbelow(2 * n_heads * d_head),
+            "n_layers": 1 + secrets.randbelow(3),
+            "d_vocab": d_vocab,
+            "pad_id": pad,
+            "bos_id": bos,
+            "eos_id": eos,
+        }
+        sizes = [cfg[k] for k in ENCDEC_SIZES]
+        if len(set(sizes)) < len(sizes) or cfg["d_model"] % 2:  # sines and cosines in pairs: d_model even
+            continue
+        if unlike is None or all(cfg[k] != unlike[k] for k in (*ENCDEC_SIZES, "pad_id", "bos_id", "eos_id")):
+            return cfg
+
+
+def _distinct(count: int, below: int) -> list[int]:
+    chosen: list[int] = []
+    while len(chosen) < count:
+        value = secrets.randbelow(below)
+        if value not in chosen:
+            chosen.append(value)
+    return chosen
+
+
+def _ordinary_ids(cfg: dict) -> list[int]:
+    """The ids that are neither padding, BOS nor EOS (09's, drawn for each job; GPT-2's vocabularies: 3 and up)."""
+    specials = {cfg[k] for k in ("pad_id", "bos_id", "eos_id") if k in cfg}
+    return [t for t in range(cfg["d_vocab"]) if t not in specials] if specials else list(range(3, cfg["d_vocab"]))
 
 
 def _randint(lo: int, hi: int, gen) -> int:
@@ -1334,7 +1384,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         return Config(**fields), {"config": "Config", "fields": fields}
     if kind == "config":
         class_name, fields = CONFIGS[param or "gpt2"]
-        fields = dims["gpt2"] if (param or "gpt2") == "gpt2" else fields
+        fields = dims["gpt2"] if (param or "gpt2") == "gpt2" else dims["encdec"] if param == "encdec" else fields
         return getattr(harness, class_name)(**fields), {"config": class_name, "fields": dict(fields)}
     if kind == "generator":
         seed = _randint(0, 2**31, gen)
@@ -1357,7 +1407,8 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         lengths = [_randint(lo, hi, gen) for _ in range(dims[rows])]
         if kind == "uneven":
             lengths[:2] = [hi, lo]
-        lists = [[_randint(3, dims["d_vocab"] - 1, gen) for _ in range(n)] for n in lengths]
+        ordinary = _ordinary_ids(dims)
+        lists = [[ordinary[_randint(0, len(ordinary) - 1, gen)] for _ in range(n)] for n in lengths]
         return lists, {"ints": lists}
     if kind == "module":  # the learner's class in the child, the course's here; the same random weights
         class_name, fields = "Config", dims["gpt2"]
@@ -1424,7 +1475,8 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         table = torch.randn((dims["d_vocab"], dims["d_vocab"]), generator=gen)
         table[:, dims["eos_id"]] += 1.0  # EOS often enough that rows finish at different steps
         tensors[key] = table
-        return table_seq2seq(table.clone(), dict(SMALL_ENCDEC)), {"table_seq2seq": key, "fields": dict(SMALL_ENCDEC)}
+        fields = dict(dims["encdec"])
+        return table_seq2seq(table.clone(), fields), {"table_seq2seq": key, "fields": fields}
     if kind == "dataclass":
         name, names, *how = param
         fields = {f: dims[f] for f in names}
@@ -1571,12 +1623,15 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
     # first plain probe of each test on the second as well, so that no constant written for one size passes a test
     shapes = [_job_config()]
     shapes.append(_job_config(unlike=shapes[0], apart=notebook in HEADS_APART))
+    encdecs = [_job_encdec()]
+    encdecs.append(_job_encdec(unlike=encdecs[0]))
     shape_dims = [
         {
             "gpt2": job,
+            "encdec": encdec,
             "pos": 3 + secrets.randbelow(job["n_ctx"] - 3),  # the sequence lengths change too
         }
-        for job in shapes
+        for job, encdec in zip(shapes, encdecs)
     ]
     batch = 2 + secrets.randbelow(2)
     src = 2 + secrets.randbelow(10)
@@ -1597,7 +1652,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
         if only is not None and probe.grade_id not in only:
             continue
         runs = [(f"p{i}", 0)]
-        if probe.config in ("gpt2", "gpt2_eps") and not probe.script and probe.grade_id not in twinned:
+        if probe.config in TWINNED_CONFIGS and not probe.script and probe.grade_id not in twinned:
             twinned.add(probe.grade_id)
             runs.append((f"p{TWIN + i}", 1))
         for name, shape in runs:
@@ -1607,8 +1662,8 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                 cfg = job
             if probe.config == "gpt2_eps":
                 cfg = {**cfg, "layer_norm_eps": (100 + secrets.randbelow(901)) / 1000}
-            if probe.config == "encdec_pad":
-                cfg = {**cfg, "pad_id": 3 + secrets.randbelow(cfg["d_vocab"] - 3)}
+            if probe.config in ("encdec", "encdec_pad"):  # its ids drawn too (`_job_encdec`)
+                cfg = shape_dims[shape]["encdec"]
             seq_len = 2 + secrets.randbelow(5)
             dims = {"batch": batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
             dims |= shape_dims[shape]

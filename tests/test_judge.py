@@ -1653,6 +1653,38 @@ def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, 
 # job, a batch of two, top_k=1 only, one end-of-text id, layers 0 and 1, forward alone, a loss's value alone). Each
 # runs in several jobs: a constant that one job's shapes happen to match must fail the next.
 FIXED_INPUT_MISTAKES = {
+    # 09's probes used one shape and ids 0, 1, 2 (red-team round 12: each of these had full marks)
+    "encoder and decoder stacks of 2 layers written in": (
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        [
+            ("EncoderLayer(cfg) for _ in range(cfg.n_layers)", "EncoderLayer(cfg) for _ in range(2)"),
+            ("DecoderLayer(cfg) for _ in range(cfg.n_layers)", "DecoderLayer(cfg) for _ in range(2)"),
+        ],
+    ),
+    "09's attention scaled for 4 heads written in": (
+        "09_encoder_decoder",
+        "test_multi_head_attention",
+        [("/ math.sqrt(self.cfg.d_head)", "/ math.sqrt(self.cfg.d_model // 4)")],
+    ),
+    "make_batch with ids 0, 1 and 2 written in": (
+        "09_encoder_decoder",
+        "test_make_batch",
+        [
+            ("[row + [cfg.pad_id] * (width", "[row + [0] * (width"),
+            ("pad([[cfg.bos_id] + y for y", "pad([[1] + y for y"),
+            ("pad([y + [cfg.eos_id] for y", "pad([y + [2] for y"),
+        ],
+    ),
+    "greedy_decode with ids 0, 1 and 2 written in": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        [
+            ("torch.full((src.shape[0], 1), cfg.bos_id,", "torch.full((src.shape[0], 1), 1,"),
+            ("finished |= next_token == cfg.eos_id", "finished |= next_token == 2"),
+            ("next_token.masked_fill(finished, cfg.pad_id)", "next_token.masked_fill(finished, 0)"),
+        ],
+    ),
     # d_model = n_heads * d_head in GPT-2, not in the checks' shapes: the judge's second shape in 01-04 breaks it too
     # (red-team round 11: passed the judge, failed only the check)
     "an out-projection of [d_model, d_model]": (
