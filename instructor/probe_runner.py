@@ -1898,13 +1898,32 @@ def sealed_run_probes():
     return private["run_probes"]
 
 
+class ForeignCode(RuntimeError):
+    """What the probe child's audit hook raises for a code object that was not compiled from source here."""
+
+
 def refuse_native_routes() -> None:
     """Install the probe child's audit hook, which no Python code can remove (before any learner code runs, once the
-    operators are out): ctypes is refused to everything, the runner included, which needs it no more."""
+    operators are out): ctypes is refused to everything, the runner included, which needs it no more.
+
+    And no code object is made here but by compiling source: the rules withdraw torch's forbidden functions by the
+    code they hold and the file it came from, and a code object brought in as data is neither (torch's own
+    `multi_head_attention_forward` and reference GELU, marshalled at home under another file name and pasted as
+    base64, had full marks: red-team round 12). So `code.__new__` (`types.CodeType`, `code.replace`) and
+    `marshal.load(s)` are refused, and a module imported from here on is compiled from its source: its cached
+    bytecode is looked for in a folder that does not exist, and none is written."""
+    sys.pycache_prefix = os.path.join(os.sep, "nonexistent-pycache")
+    sys.dont_write_bytecode = True
 
     def hook(event, args):
         if event.startswith("ctypes."):
             raise Refused(f"the judge refuses {event}: nothing may call native code past the dispatcher here")
+        if event == "code.__new__":
+            raise ForeignCode(
+                "the judge refuses code objects made from parts: only code compiled from your source runs"
+            )
+        if event in ("marshal.loads", "marshal.load"):
+            raise ForeignCode("the judge refuses marshal: code brought in as data is not your notebook's source")
 
     sys.addaudithook(hook)
 

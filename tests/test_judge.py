@@ -2645,6 +2645,46 @@ def test_scripted_honest_code_runs_as_python_in_the_judges_child(tmp_path):
     assert verdict["passed"], verdict
 
 
+def _marshalled_reference_gelu() -> str:
+    """torch's reference GELU (`torch._refs.nn.functional.gelu`, withdrawn where probes run), its code renamed to
+    another file and marshalled as a learner would at home: base64 text to paste (red-team round 12)."""
+    import marshal
+
+    import torch._refs.nn.functional as refs
+
+    function = refs.gelu
+    while hasattr(function, "__wrapped__"):
+        function = function.__wrapped__
+    code = function.__code__.replace(co_filename="<gelu helper>", co_name="smooth")
+    return base64.b64encode(marshal.dumps(code)).decode()
+
+
+# gelu_new from code that was never the notebook's source: torch's, marshalled, or made from parts in the notebook
+FOREIGN_CODE = {
+    "torch's reference GELU, marshalled": (
+        "import base64, marshal, types\n"
+        "_smooth = types.FunctionType(marshal.loads(base64.b64decode('{blob}')), "
+        "{{'torch': torch, 'TensorLike': torch.Tensor}}, 'smooth')\n\n\n"
+        "def gelu_new(x):\n    return _smooth(x, 'tanh')\n"
+    ),
+    "a code object rebuilt with replace": (
+        "def _formula(x):\n    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * x.pow(3))))\n\n\n"
+        "gelu_new = type(_formula)(_formula.__code__.replace(co_filename='<elsewhere>'), globals(), 'gelu_new')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(FOREIGN_CODE))
+def test_code_brought_in_as_data_does_not_run_where_the_judge_probes(route, tmp_path):
+    """The rules withdraw torch's forbidden functions by their code and its file: torch's own GELU, marshalled under
+    another file name and pasted as base64, had full marks in 04 (and multi_head_attention_forward in 03 and 09).
+    No code object is made in a probe child but by compiling source, so no such route runs, whatever it carries."""
+    code = FOREIGN_CODE[route].format(blob=_marshalled_reference_gelu())
+    verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), code))
+    assert not verdicts["test_gelu_new"]["passed"], verdicts
+    assert "the judge refuses" in verdicts["test_gelu_new"]["message"], verdicts
+
+
 def test_a_table_made_before_an_operator_is_taken_out_fails(tmp_path):
     verdicts = json.loads(child_says(IN_PHASES, str(tmp_path / "job"), GELU_TABLE))
     assert not verdicts["test_gelu_new"]["passed"], verdicts
