@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from html import escape
 
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -81,18 +82,65 @@ def learner_html(html) -> str:
     )
 
 
+# An HTML5 parser takes time quadratic in how deep the markup nests (28,000 nested `<div>` in one markdown cell held
+# a grading worker 88 s writing one feedback page: red-team round 12). A fragment that nests deeper than this, or
+# that comes after a page's learner markup has used up its tags, is shown as text, unparsed.
+MAX_DEPTH = 64
+PAGE_TAGS = 50_000
+_TAG = re.compile(r"<[A-Za-z]")
+_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())  # noqa: SIM905
+
+
+def nests_deeper_than(html: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether `html` opens more than `limit` elements inside one another, counting every start tag but a void one
+    as open until its end tag (what a parser would close by itself counts as open: never an underestimate)."""
+    from html.parser import HTMLParser
+
+    class Depth(HTMLParser):
+        depth = deepest = 0
+
+        def handle_starttag(self, tag, attrs):
+            if tag not in _VOID:
+                self.depth += 1
+                self.deepest = max(self.deepest, self.depth)
+
+        def handle_startendtag(self, tag, attrs):
+            pass
+
+        def handle_endtag(self, tag):
+            self.depth = max(self.depth - 1, 0)
+
+    parser = Depth(convert_charrefs=False)
+    parser.feed(html)
+    parser.close()
+    return parser.deepest > limit
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML, with every markdown cell (the feedback template's own rendering) and everything
-    `sanitize_html` cleans through `learner_html`."""
+    `sanitize_html` cleans through `learner_html`, each page's learner markup within `MAX_DEPTH` and `PAGE_TAGS`."""
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        self._tags_left = PAGE_TAGS
+        return super().from_notebook_node(nb, resources, **kw)
+
+    def _clean(self, html) -> str:
+        html = html.decode() if isinstance(html, bytes) else str(html)
+        tags = len(_TAG.findall(html))
+        self._tags_left = getattr(self, "_tags_left", PAGE_TAGS) - tags
+        if self._tags_left < 0 or tags > MAX_DEPTH and nests_deeper_than(html):
+            why = "more markup than a page takes" if self._tags_left < 0 else f"nested more than {MAX_DEPTH} deep"
+            return f"<p><em>(shown as text, not as HTML: {why})</em></p><pre>{escape(html)}</pre>"
+        return learner_html(html)
 
     def markdown2html(self, context, source):
-        return learner_html(super().markdown2html(context, source))
+        return self._clean(super().markdown2html(context, source))
 
     markdown2html.jinja_pass_arg = HTMLExporter.markdown2html.jinja_pass_arg  # jinja hands it the context
 
     def default_filters(self):
         yield from super().default_filters()
-        yield ("clean_html", learner_html)
+        yield ("clean_html", self._clean)
 
 
 def _convert(tex: str, display: str) -> str | None:

@@ -281,3 +281,22 @@ def test_a_learners_markup_stays_in_its_cell(tmp_path):
         assert seen[name, True] == shown, (name, seen[name, True])
     for name in SHAPING:
         assert seen[name, False] != shown, (name, seen[name, False])  # the trick works where nothing closes it
+
+
+def test_markup_too_deep_or_too_plentiful_is_shown_as_text():
+    """An HTML5 parser is quadratic in how deep markup nests: 28,000 nested `<div>` in one markdown cell held a
+    grading worker 88 s on one feedback page (red-team round 12). A fragment nested deeper than `MAX_DEPTH`, and
+    the learner's markup past `PAGE_TAGS` tags a page, are shown as text, unparsed; the cells after them still show."""
+    from instructor.offline_html import MAX_DEPTH, PAGE_TAGS, nests_deeper_than
+
+    deep = "<div>" * 28_000 + "deep"
+    assert nests_deeper_than(deep) and nests_deeper_than("<b>x<p>" * (MAX_DEPTH + 1))
+    assert not nests_deeper_than("<table>" + "<tr><td>1</td><td>2</td></tr>" * 2_000 + "</table>")  # a DataFrame's
+    start = time.perf_counter()
+    page = _feedback_page(True, (deep, LAST), whole=False)
+    assert time.perf_counter() - start < 30  # it took 88 s; the parse it skips alone takes longer than this
+    assert f"nested more than {MAX_DEPTH} deep" in page and "&lt;div&gt;&lt;div&gt;" in page and LAST in page
+    cell = "<p>a</p>" * 1_000
+    page = _feedback_page(True, (cell,) * (PAGE_TAGS // 1_000 + 2) + (LAST,), whole=False)
+    assert page.count("more markup than a page takes") >= 2 and LAST in page
+    assert page.count("<p>a</p>") >= 1_000 * (PAGE_TAGS // 1_000 - 1)  # the page's first cells as HTML
