@@ -635,7 +635,7 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: st
     import torch
 
     torch.set_num_threads(1)  # no thread pool in the template: children fork safely and size their own
-    import einops  # noqa: F401
+    import einops
     import jaxtyping  # noqa: F401
     import matplotlib  # pyplot below for kernels under Agg only: elsewhere a kernel picks its own backend
 
@@ -651,6 +651,11 @@ def preload(kernels: bool = False, solutions: str | None = None, probes_only: st
 
         if probes_only == "transformer_lens":
             import transformer_lens
+        # What learners' set-up cells import: a child compiles what it imports from source (it reads no cached
+        # bytecode, `probe_runner.refuse_native_routes`), pyplot's hundred modules 2 to 3 s in every phase
+        if os.environ.get("MPLBACKEND", "").lower() == "agg":
+            import matplotlib.pyplot
+        import einops._torch_specific  # noqa: F401
 
         # No answer is read here: each probe child reads those of the notebooks before its own, as root, after
         # the fork (`_child`), so that no later answer is ever in its memory, not even freed.
