@@ -34,6 +34,9 @@ class Unreadable(ValueError):
 # A submission is data: only regular files are read, never through a link, and never more than this.
 MAX_NOTEBOOK_BYTES = 20 << 20
 MAX_ENTRIES = 5000  # files and folders looked at in one student's folder
+# The course's notebooks have under 100 cells; nbgrader's run and the feedback page take a few ms a cell, so 300,000
+# empty cells (15 MB) would have held a worker some 20 minutes a notebook (red-team round 13)
+MAX_CELLS = 2_000
 
 
 def read_regular_file(path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
@@ -82,6 +85,8 @@ def read_submission(path: Path) -> dict:
             nb = json.loads(json.dumps(nbformat.reads(raw.decode("utf-8-sig"), as_version=4)))
     except Exception as err:
         raise Unreadable(f"{Path(path).name} is not a readable notebook ({type(err).__name__}: {err})"[:300]) from err
+    if len(nb.get("cells", [])) > MAX_CELLS:
+        raise Unreadable(f"{Path(path).name} was not read ({len(nb['cells']):,} cells; the limit is {MAX_CELLS:,})")
     return nb
 
 

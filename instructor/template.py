@@ -253,6 +253,11 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
         refuse_native_routes()
     compile_eagerly()
     script_eagerly()
+    # The source text of every file imported so far, which Python keeps for tracebacks: torch's own parse of
+    # functional.py left it here, and a learner's helper compiled `multi_head_attention_forward` and
+    # `local_response_norm` from it under another file name (full marks in 01, 03 and 09: red-team round 13). The
+    # rules' files are covered here, so it is never read again; nothing else in the process holds that text.
+    linecache.clearcache()
     # the notebook's module is `__main__`, as in the kernel: a script's `if __name__ == "__main__":` around settings
     # ran there and not here, and an honest notebook lost 02's points (this phase never needs the template's own)
     module = types.ModuleType("__main__")

@@ -1587,6 +1587,22 @@ def test_no_submission_holds_the_batch_while_it_is_prepared():
         bounded(divmod, 1, 0)
 
 
+def test_a_notebook_of_too_many_cells_is_not_read(tmp_path):
+    """nbgrader's run and the feedback page take a few ms a cell: 120,000 empty markdown cells held a worker five
+    minutes (red-team round 13), 300,000 would have held it some twenty. A notebook of more than `MAX_CELLS` cells
+    is not read, and says so; one of the course's size is."""
+    from instructor.collect import MAX_CELLS, Unreadable, read_submission
+
+    nb = solution(LN)
+    path = tmp_path / f"{LN}.ipynb"
+    path.write_text(json.dumps(nb))
+    assert len(read_submission(path)["cells"]) == len(nb["cells"]) < MAX_CELLS // 10
+    nb["cells"] += [{"cell_type": "markdown", "metadata": {}, "source": ""}] * MAX_CELLS
+    path.write_text(json.dumps(nb))
+    with pytest.raises(Unreadable, match="cells; the limit is 2,000"):
+        read_submission(path)
+
+
 def test_the_grading_order_names_real_notebooks():
     """A renamed notebook would silently lose its place at the front of a batch."""
     from instructor.grade import NOTEBOOK_SECONDS, Grader

@@ -2607,6 +2607,45 @@ TORCHSCRIPT_ROUTES = {
 }
 
 
+# LayerNorm from torch's own local_response_norm, compiled afresh from the source text Python kept of functional.py
+# (`linecache`, filled when torch parsed its own file) under another file name (red-team round 13: full marks)
+FROM_PYTHONS_OWN_COPY = """
+import ast, linecache
+
+import torch.nn.functional as F
+
+
+def _from_memory(name):
+    text = next("".join(lines) for path, (_, _, lines, *_) in list(linecache.cache.items())
+                if str(path).endswith("torch/nn/functional.py") and lines)
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    namespace = dict(vars(F))
+    exec(compile("\\n".join(text.splitlines()[node.lineno - 1 : node.end_lineno]), "<norm helper>", "exec"), namespace)
+    return namespace[name]
+
+
+def _NORMALISE(x, size, alpha, beta, k):
+    return _from_memory("local_response_norm")(x, size, alpha, beta, k)
+"""
+
+
+def test_torchs_forbidden_source_is_not_left_in_the_probe_childs_memory(tmp_path):
+    """Python keeps the text of the files it has parsed (`linecache`): torch's functional.py was there in every probe
+    child, and LayerNorm compiled from its `local_response_norm` had full marks. A probe child holds no such text."""
+    import torch.nn.functional as F  # noqa: F401 - what the course's modules import: functional.py in linecache
+
+    code = PRELUDE + FROM_PYTHONS_OWN_COPY + BY_LOCAL_RESPONSE_NORM
+    namespace = {}
+    exec(compile(code, "<learner>", "exec"), namespace)  # noqa: S102 - the route works where the text is kept
+    cfg = namespace["Config"](d_model=8)
+    x = torch.randn(2, 3, 8)
+    torch.testing.assert_close(
+        namespace["LayerNorm"](cfg)(x), torch.nn.functional.layer_norm(x, (8,)), atol=1e-4, rtol=0
+    )
+    verdict = json.loads(child_says(LN_PLAN, str(tmp_path / "job"), code))
+    assert not verdict["passed"], verdict
+
+
 @pytest.mark.parametrize("route", sorted(TORCHSCRIPT_ROUTES))
 def test_torchs_forbidden_code_as_torchscript_fails(route, tmp_path):
     """A TorchScript program runs none of its Python code: torch's forbidden `local_response_norm`, scripted at home
