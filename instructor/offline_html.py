@@ -14,14 +14,17 @@ The cost: the page's body has no inline styles of its own to lose, but a learner
 DataFrame's `<style scoped>`, 24-bit ANSI colours), and images and fonts are the page's own (data: URLs). The browser
 enforces the policy, whatever the page holds, and with no network request.
 
-Markup with no style still shapes the body, which no policy covers: an unclosed `<div hidden>`, `<!--`, `<details>`
-or `<plaintext>` in one cell hid every cell after it, and the page's own classes (bootstrap's `hidden`,
-`navbar-fixed-top`) hide or cover as well as a style would. So what a learner wrote, every markdown and raw cell and
-every HTML, markdown and SVG output, goes through `learner_html` (`FeedbackExporter`, nbgrader's feedback template
-renders markdown cells with no `clean_html` of its own): it is parsed on its own, as HTML5 does (nbconvert's
-`sanitize_html`, bleach), and written back closed, with only formatting and MathML tags and none of the attributes
-that hide, move, name or restyle (`hidden`, `id`, `class`, `style`, `open`); any other tag is shown as text. So no
-cell's markup reaches past the cell, and none can look like the grader's. The template's MathJax loader is taken out of the head; the body, which the learner wrote, is never
+Markup with no style still shapes the body, which no policy covers: more `<div hidden>`, closed `<details>` or
+`<dialog>` opened in one cell than the cell closes hid every cell after it, and the page's own classes (bootstrap's
+`hidden`, `fade`, `navbar-fixed-top`) hide or cover as a style would. So what a learner wrote, every markdown and raw
+cell and every HTML, markdown and SVG output, goes through `learner_html` (`FeedbackExporter`: nbgrader's feedback
+template renders markdown cells with no `clean_html` of its own). It is parsed on its own, as HTML5 does (bleach, as
+nbconvert's `sanitize_html`), and written back closed, with only formatting and MathML tags and none of the
+attributes that hide, move, name or restyle (`hidden`, `id`, `class`, `style`, `open`); any other tag is shown as
+text. So no cell's markup reaches past the cell, and none can look like the grader's. Markup nested too deep for the
+parser's quadratic time, or past a page's budget of tags, is shown as text, unparsed (`MAX_DEPTH`, `PAGE_TAGS`).
+
+The template's MathJax loader is taken out of the head; the body, which the learner wrote, is never
 searched, so no page is slow to write (a search of the whole page was quadratic in nested `<script`).
 """
 
@@ -120,6 +123,8 @@ class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML, with every markdown cell (the feedback template's own rendering) and everything
     `sanitize_html` cleans through `learner_html`, each page's learner markup within `MAX_DEPTH` and `PAGE_TAGS`."""
 
+    _tags_left = PAGE_TAGS  # what the page's learner markup may still use (reset for every page)
+
     def from_notebook_node(self, nb, resources=None, **kw):
         self._tags_left = PAGE_TAGS
         return super().from_notebook_node(nb, resources, **kw)
@@ -127,7 +132,7 @@ class FeedbackExporter(HTMLExporter):
     def _clean(self, html) -> str:
         html = html.decode() if isinstance(html, bytes) else str(html)
         tags = len(_TAG.findall(html))
-        self._tags_left = getattr(self, "_tags_left", PAGE_TAGS) - tags
+        self._tags_left -= tags
         if self._tags_left < 0 or tags > MAX_DEPTH and nests_deeper_than(html):
             why = "more markup than a page takes" if self._tags_left < 0 else f"nested more than {MAX_DEPTH} deep"
             return f"<p><em>(shown as text, not as HTML: {why})</em></p><pre>{escape(html)}</pre>"

@@ -1663,6 +1663,11 @@ FIXED_INPUT_MISTAKES = {
             ("DecoderLayer(cfg) for _ in range(cfg.n_layers)", "DecoderLayer(cfg) for _ in range(2)"),
         ],
     ),
+    "09's embedding scaled by the old shape's sqrt(24) written in": (
+        "09_encoder_decoder",
+        "test_shared_embedding",
+        [("self.W_E[tokens] * math.sqrt(self.cfg.d_model)", "self.W_E[tokens] * math.sqrt(24)")],
+    ),
     "09's attention scaled for 4 heads written in": (
         "09_encoder_decoder",
         "test_multi_head_attention",
