@@ -358,20 +358,23 @@ def _constant_int(node: ast.AST) -> int | None:
 
 
 def _computes_a_table(
-    loop: ast.For, data: set[str], modules: frozenset[str], own: frozenset[str] = frozenset()
+    loop: ast.For | ast.While, data: set[str], modules: frozenset[str], own: frozenset[str] = frozenset()
 ) -> bool:
-    """A top-level loop over a range of constants (`range(256)`, `itertools.product(...)` of such, at most
-    MAX_TABLE_STEPS steps with its inner loops) that only computes entries of a table the cell wrote: its statements fill such a table in (`T[i] = ...`, `T.append(...)`), bind scratch names, branch
-    or loop the same way, and every call in it is a builtin's, a module's function (`math.exp`, `torch.tensor`) or a
-    fill of the table. It calls nothing of the notebook's and no method of any other object, so it cannot train,
-    step or evaluate a model: it only does what the learner's kernel did once (an honest table of constants filled
-    in by a range loop lost its exercise's points when every loop over a range was dropped as an action)."""
+    """A top-level loop that only computes entries of a table the cell wrote: its statements fill such a table in
+    (`T[i] = ...`, `T.append(...)`), bind scratch names, branch or loop the same way, and every call in it is a
+    builtin's, a module's function (`math.exp`, `torch.tensor`) or a fill of the table. It calls nothing of the
+    notebook's and no method of any other object, so it cannot train, step or evaluate a model: it only does what
+    the learner's kernel did once (an honest table of constants filled in by a range loop lost its exercise's points
+    when every loop over a range was dropped as an action). It walks a range, a literal table, the learner's own data
+    (`range(len(ROWS))`, `for row in ROWS`) or `enumerate`, `zip`, `itertools.product` of those, or is a `while` on
+    such a condition; where its length is written in the code (`range(256)`) that length, its inner loops' included,
+    is at most MAX_TABLE_STEPS, and every kept loop is also stopped there when it runs (`_bounded`)."""
     filled = False
 
     def plain_call(call: ast.Call) -> bool:
         func = call.func
         if isinstance(func, ast.Name):
-            return func.id in _BUILTINS and func.id not in _NOT_PLAIN
+            return func.id in _BUILTINS and func.id not in _NOT_PLAIN and func.id not in own
         root = _root_name(func)
         if isinstance(func, ast.Attribute) and root in modules:
             return True
@@ -382,16 +385,25 @@ def _computes_a_table(
             return False
         return all(plain_call(n) for n in ast.walk(node) if isinstance(n, ast.Call))
 
+    def own_data(node: ast.AST) -> bool:
+        """Every name the iterable reads, but the functions it calls, is the learner's own data or a module: not an
+        object of elsewhere (a data loader), whose iteration could run anything."""
+        called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+        return all(
+            n.id in data or n.id in modules for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in called
+        )
+
     steps = [1]  # iterations so far: the outer loop's times every inner one's
 
     def walks_a_known(loop: ast.For) -> bool:
-        """The iterable's length is written in the code (`range(1, 1025)`, `itertools.product(range(4), (0, 1))`)
-        and bounded: not an object of elsewhere, whose iteration could run anything (a data loader), nor a loop of a
-        million steps that fills memory (it ran, and killed, in the learner's kernel once; not again in every
-        phase of the judge's child)."""
-        count = _steps(loop.iter, modules, own | data)
-        if count is None or not plain(loop.target):
+        """A length written in the code (`range(1, 1025)`, `itertools.product(range(4), (0, 1))`) counts towards
+        MAX_TABLE_STEPS: a loop of a million steps that fills memory ran, and killed, in the learner's kernel once;
+        it is dropped, not run again in every phase of the judge's child. Any other length is stopped when it runs."""
+        if not plain(loop.target):
             return False
+        count = _steps(loop.iter, modules, own | data)
+        if count is None:
+            return plain(loop.iter) and own_data(loop.iter)
         steps[0] *= max(count, 1)
         return steps[0] <= MAX_TABLE_STEPS
 
@@ -400,7 +412,7 @@ def _computes_a_table(
         for stmt in body:
             if isinstance(stmt, (ast.Pass, ast.Break, ast.Continue)):
                 continue
-            if isinstance(stmt, ast.For) and walks_a_known(stmt):
+            if isinstance(stmt, ast.For) and walks_a_known(stmt) or isinstance(stmt, ast.While) and plain(stmt.test):
                 if body_ok(stmt.body + stmt.orelse):
                     continue
                 return False
@@ -419,7 +431,36 @@ def _computes_a_table(
                 return False
         return True
 
-    return walks_a_known(loop) and body_ok(loop.body + loop.orelse) and filled
+    heads = walks_a_known(loop) if isinstance(loop, ast.For) else plain(loop.test)
+    return heads and body_ok(loop.body + loop.orelse) and filled
+
+
+_STEP_COUNTER = "__table_steps__"
+
+
+def _bounded(loop: ast.For | ast.While) -> list[ast.stmt]:
+    """`loop`, kept by `_computes_a_table`, with a count of its steps, inner loops' included, that raises past
+    MAX_TABLE_STEPS where it runs: a `while` or a loop over the learner's data has no length written in the code,
+    and the judge's child must not run one forever (nor a million steps that fill memory)."""
+    message = (
+        f"a loop that fills a table ran past {MAX_TABLE_STEPS:,} steps in the judge's child; it stops there "
+        "(a loop that only computes a table is run again when the judge runs your definitions)"
+    )
+    guard = ast.parse(
+        f"{_STEP_COUNTER} += 1\nif {_STEP_COUNTER} > {MAX_TABLE_STEPS}:\n    raise RuntimeError({message!r})\n"
+    ).body
+
+    def at(statements: list[ast.stmt], where: ast.stmt) -> list[ast.stmt]:  # on the loop's own line, in tracebacks
+        for node in (n for s in statements for n in ast.walk(s)):
+            if "lineno" in node._attributes:
+                node.lineno, node.end_lineno = where.lineno, where.lineno
+                node.col_offset, node.end_col_offset = where.col_offset, where.col_offset
+        return statements
+
+    loop = copy.deepcopy(loop)
+    for node in [n for n in ast.walk(loop) if isinstance(n, (ast.For, ast.While))]:
+        node.body = at(copy.deepcopy(guard), node) + node.body
+    return at(ast.parse(f"{_STEP_COUNTER} = 0").body, loop) + [loop]
 
 
 def _definitions_in(
@@ -462,11 +503,11 @@ def _definitions_in(
                 if isinstance(stmt.value, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
                     tables |= names
             continue
-        if isinstance(stmt, ast.For) and not _over_a_table(stmt.iter, tables):
+        if isinstance(stmt, ast.For) and not _over_a_table(stmt.iter, tables) or isinstance(stmt, ast.While):
             if _computes_a_table(stmt, data, modules, own):
-                kept.append(stmt)
+                kept.extend(_bounded(stmt))
                 continue
-            dropped.append(stmt)  # a loop over anything else (a range, a loader) is an action: training, say
+            dropped.append(stmt)  # a loop over anything else (a loader) or that acts is an action: training, say
             continue
         if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For, ast.Match)):
             inner: list[ast.stmt] = []

@@ -429,7 +429,8 @@ class PosEmbed(nn.Module):
         nb["cells"].insert(index_of(nb, "layernorm"), code_cell(cell))
     out["unusual_honest_3"] = {LN: nb}
     # ... helper modules written with `open` and `Path.write_text` and one registered in `sys.modules`, the class
-    # defined by a function that declares it global, rich imported (red-team round 11: each lost the exercise)
+    # defined by a function that declares it global, rich imported (red-team round 11: each lost the exercise), a
+    # table filled in by a `while`
     nb = set_source(ln(), "layernorm", UNUSUAL_4)
     nb["cells"].insert(index_of(nb, "layernorm"), code_cell(HELPERS_4))
     out["unusual_honest_4"] = {LN: nb}
@@ -450,6 +451,9 @@ Path("ln_power.py").write_text("POWER = 2\\n")
 _module = types.ModuleType("ln_eps")
 exec("def with_eps(v, eps):\\n    return v + eps\\n", _module.__dict__)
 sys.modules["ln_eps"] = _module
+POWERS = []  # a table filled in by a `while` (dropped as an action until round 14: the exercise lost)
+while len(POWERS) < 3:
+    POWERS.append(len(POWERS))
 """
 UNUSUAL_4 = """import torch
 from ln_centre import centre
@@ -471,7 +475,7 @@ def _define():
 
         def forward(self, residual):
             centered = centre(residual)
-            variance = centered.pow(POWER).mean(dim=-1, keepdim=True)
+            variance = centered.pow(POWERS[POWER]).mean(dim=-1, keepdim=True)
             return centered / with_eps(variance, self.cfg.layer_norm_eps).sqrt() * self.w + self.b
 
 
@@ -1170,14 +1174,14 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
     for line in ("C['sqrt_2_over_pi'] = ", "C.update(k=0.044715)", "ROWS.append(1)", "ROWS += [2]", "N += 1"):
         assert line in kept, kept
     assert "torch.allclose" not in kept and "math.pi = 3" not in kept and "print" not in kept
-    assert "for step" not in kept and "train_step" not in kept and "while" not in kept and "loader" not in kept
+    assert "for step" not in kept and "train_step" not in kept and "loader" not in kept
     namespace = {}
     exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
     assert namespace["C"]["cubic"] == 0.044715 and namespace["C"]["b"] == 2
-    assert namespace["ROWS"] == [1, 2, 3, 4]  # `break` kept
-    # torch.allclose, math.pi, print(i), the `while`, the loops over a range, a loader and a name bound to a range
-    # (a training run in an added cell would run in every phase), print(C)
-    assert len(dropped) == 8, dropped
+    assert namespace["ROWS"] == [1, 2, 3, 4, 0, 0, 0, 0, 0]  # `break` kept, then the `while` that fills the table
+    # torch.allclose, math.pi, print(i), the loops over a range that train and over a loader, and a name bound to a
+    # range that runs a model (a training run in an added cell would run in every phase), print(C)
+    assert len(dropped) == 7, dropped
     # ... a loop over a range of constants that only computes a table's entries with builtins and modules' functions
     # (an honest table filled in by `for i in range(...)` lost its points while every such loop was dropped); not
     # one that calls the notebook's functions, a method of another object, fills nothing, or runs 100,000 steps or
@@ -1193,22 +1197,55 @@ def test_definitions_only_keeps_a_table_the_cell_fills_in():
         "for i in range(3):\n    print(i)\n"
         "for i in range(3):\n    LOSSES.append(eval('1'))\n"
         "for i in range(0, 3 << 30, 4096):\n    T[i] = 1\n"  # 786,432 steps: a memory fill, not a table
-        "for i in range(len(PAIRS)):\n    LOSSES.append(i)\n"  # a length not written in the code
+        "for i in range(len(PAIRS)):\n    T[7] += 1\n"  # a length not written in the code: bounded where it runs
         "for a, b in helper.product(range(2), range(2)):\n    LOSSES.append(a)\n"  # not itertools': code of its own
     )
     tree, dropped = definitions_only(ast.parse(code))
     kept = ast.unparse(tree)
     assert "T[i] = math.exp(-x)" in kept and "PAIRS.append((a, b))" in kept, kept
-    assert "LOSSES.append" not in kept and "print" not in kept and "3 << 30" not in kept and len(dropped) == 8, dropped
+    assert "LOSSES.append" not in kept and "print" not in kept and "3 << 30" not in kept and len(dropped) == 7, dropped
     namespace = {}
     exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
     assert math.isclose(namespace["T"][3].item(), math.exp(-3 / 7), rel_tol=1e-6)
     assert math.isclose(namespace["T"][2].item(), 2 / 7, rel_tol=1e-6)
+    assert math.isclose(namespace["T"][7].item(), math.exp(-1) + 6, rel_tol=1e-6)  # once for each of PAIRS's 6
     assert namespace["PAIRS"] == [(a, b) for a in range(2) for b in range(3)]
     # ... a starred target, and a cache made where a bare name raises NameError (a red-team review: both dropped)
     code = "MEAN_DIM, *NOTES = (-1, 'over d_model')\ntry:\n    _CACHE\nexcept NameError:\n    _CACHE = {}\n"
     tree, dropped = definitions_only(ast.parse(code))
     assert "MEAN_DIM, *NOTES = " in ast.unparse(tree) and "_CACHE = {}" in ast.unparse(tree) and not dropped
+
+
+def test_a_kept_loop_of_no_written_length_is_stopped_where_it_runs():
+    """A `while`, or a loop over the learner's own data, that only computes a table is honest (a table of GELU's
+    constants filled in by `while k < n` lost its points until now), but its length is not in the code: it is kept, and
+    stopped after MAX_TABLE_STEPS steps where it runs, its inner loops' included, with a message that says so.
+    One that calls anything but builtins, modules' functions and the table's fills is still an action."""
+    from instructor.plan import MAX_TABLE_STEPS
+
+    code = (
+        "import math\nC = {}\nk = 0\nwhile k < 4:\n    C[k] = math.tanh(k)\n    k += 1\n"
+        "ROWS = [3, 1]\nTOTAL = []\nfor r in sorted(ROWS * 2):\n    j = 0\n    while j < r:\n        TOTAL.append(j)\n"
+        "        j += 1\n"
+        "FOREVER = []\nwhile True:\n    FOREVER.append(0)\n"
+        "NESTED = []\nfor a in range(len(ROWS) * 400):\n    for b in range(len(ROWS) * 400):\n        NESTED.append(0)\n"
+        "AFTER = 1\n"
+        "while not done():\n    TOTAL.append(0)\n"
+        "while True:\n    opt.step()\n    TOTAL.append(1)\n"
+    )
+    tree, dropped = definitions_only(ast.parse(code))
+    assert [line.split(":")[0] for line in dropped] == ["line 22", "line 24"], dropped
+    namespace, raised = {}, []
+    for stmt in tree.body:  # the child runs a cell's kept statements so; one that raises fails alone
+        try:
+            exec(compile(ast.Module([stmt], []), "<test>", "exec"), namespace)  # noqa: S102 - as the probe child would
+        except RuntimeError as err:
+            raised.append(str(err))
+    assert namespace["C"] == {k: math.tanh(k) for k in range(4)}
+    assert namespace["TOTAL"] == [0, 0, 0, 1, 2, 0, 1, 2]
+    assert len(namespace["FOREVER"]) == MAX_TABLE_STEPS and len(namespace["NESTED"]) < MAX_TABLE_STEPS
+    assert namespace["AFTER"] == 1 and len(raised) == 2, raised
+    assert all(f"ran past {MAX_TABLE_STEPS:,} steps" in message for message in raised)
 
 
 def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
