@@ -384,7 +384,10 @@ def course_files_state() -> dict[str, tuple]:
 
 
 def _student_id(folder: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.@-]", "_", folder).strip(".") or "student"
+    """The folder's name in letters, digits and `_.@-`, never starting with `-`, `@` or `.`: a spreadsheet opening
+    the CSVs reads a cell starting `-` or `@` as a formula (`-1-1`), and a command line an id starting `-` as an
+    option."""
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", folder).lstrip(".-@").rstrip(".") or "student"
 
 
 class Grader:

@@ -1585,6 +1585,18 @@ def test_colliding_folders_are_both_graded_and_flagged(graded):
     assert "rows flagged" in graded["log"]
 
 
+def test_a_student_id_is_never_read_as_a_formula_or_an_option():
+    """A folder named `-1-1`, `=cmd|' /C calc'!A0` or `@SUM(A1)` gives an id a spreadsheet opening grades.csv reads
+    as text, and a command line as no option (`-rf`)."""
+    from instructor.grade import _student_id
+
+    for folder in ("-1-1", "=cmd|' /C calc'!A0", "@SUM(A1)", "+1", "--rf", ".hidden", "-", "a.b-c@d"):
+        student = _student_id(folder)
+        assert student and student[0] not in "=+-@.\t\r", (folder, student)
+        assert re.fullmatch(r"[A-Za-z0-9_.@-]+", student), (folder, student)
+    assert _student_id("a.b-c@d") == "a.b-c@d" and _student_id("-") == "student"
+
+
 def test_refuses_to_grade_without_the_sandbox(tmp_path):
     (tmp_path / "subs").mkdir()
     env = dict(os.environ, PATH="/nonexistent")
