@@ -40,7 +40,6 @@ The notebooks run in their fast mode (COURSE_FAST=1) unless the environment sets
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import math
@@ -50,7 +49,6 @@ import secrets
 import select
 import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -61,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from instructor import judge
+from instructor.bounded import ChildFailed, bounded
 from instructor.collect import Unreadable, find_notebooks, normalise, read_submission
 from instructor.course import (
     REPO_ROOT,
@@ -140,51 +139,6 @@ def as_code(text: str) -> str:
 # own for at most this long: nothing in a notebook holds the batch (a cell of 499 `%time` lines made IPython's
 # transformer quadratic here, and held every student's grading for two minutes: red-team round 11)
 PREPARE_TIMEOUT = 60.0
-
-
-def bounded(fn, *args, timeout: float = PREPARE_TIMEOUT):
-    """`fn(*args)` in a forked child, its JSON result read back: `TimeoutError` past `timeout` seconds (the child
-    killed), `ChildFailed` with the child's error."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(read)
-        try:
-            payload = {"ok": fn(*args)}
-        except BaseException as err:  # noqa: BLE001 - said to the parent
-            payload = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
-        try:
-            data = json.dumps(payload).encode()
-        except Exception as err:  # noqa: BLE001
-            data = json.dumps({"error": f"{type(err).__name__}: {str(err)[:300]}"}).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write, view) :]
-        os._exit(0)
-    os.close(write)
-    chunks, deadline = [], time.monotonic() + timeout
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([read], [], [], left)[0]:
-                raise TimeoutError(f"it took more than {timeout:.0f} s")
-            chunk = os.read(read, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    result = json.loads(b"".join(chunks) or b'{"error": "the child ended with no result"}')
-    if "error" in result:
-        raise ChildFailed(result["error"])
-    return result["ok"]
-
-
-class ChildFailed(RuntimeError):
-    """What `bounded`'s child raised, as "Type: message"."""
 
 
 def _why(err: BaseException) -> str:
@@ -384,9 +338,9 @@ def course_files_state() -> dict[str, tuple]:
 
 
 def _student_id(folder: str) -> str:
-    """The folder's name in letters, digits and `_.@-`, never starting with `-`, `@` or `.`: a spreadsheet opening
-    the CSVs reads a cell starting `-` or `@` as a formula (`-1-1`), and a command line an id starting `-` as an
-    option."""
+    """The folder's name in letters, digits and `_.@-`, never starting with `-`, `@` or `.`: the CSVs quote a cell
+    a spreadsheet would read as a formula (`-1-1`), which would make the id there differ from the gradebook's, and a
+    command line (nbgrader's own) reads an id starting `-` as an option."""
     return re.sub(r"[^A-Za-z0-9_.@-]", "_", folder).lstrip(".-@").rstrip(".") or "student"
 
 
@@ -527,7 +481,7 @@ class Grader:
                 release = read_json(self.course / "release" / name / f"{name}.ipynb")
                 try:
                     learner = read_submission(found[name])
-                    text, norm_flags = bounded(_normalised, learner, release, name)
+                    text, norm_flags = bounded(_normalised, learner, release, name, timeout=PREPARE_TIMEOUT)
                 except Unreadable as err:
                     self.skipped.append({"student": student, "notebook": name, "reason": str(err)})
                     continue
@@ -555,7 +509,7 @@ class Grader:
             folder.mkdir(parents=True, exist_ok=True)
             source = read_json(Path(self.args.solutions) / f"{item.notebook}.ipynb")
             try:
-                plan = bounded(build_plan, source, read_json(item.path), item.notebook)
+                plan = bounded(build_plan, source, read_json(item.path), item.notebook, timeout=PREPARE_TIMEOUT)
                 text = json.dumps(plan, indent=1)
             except Exception as err:  # noqa: BLE001 - RecursionError on a deep expression, a time-out: this notebook
                 message = f"the judge could not plan this notebook ({_why(err)[:200]})"
@@ -1235,6 +1189,8 @@ class Grader:
             f"({timings}; {took:.1f} s since it started){extra}"
         )
         feedback = (item.final or {}).get("feedback")
+        if (item.final or {}).get("feedback_note"):
+            item.flags.append(item.final["feedback_note"])
         if feedback:
             dest = self.out / "feedback" / item.student / f"{item.notebook}.html"
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -190,6 +190,8 @@ def feedback_job(job: Path, bundle: Path, records: list[dict], out: Path) -> int
     for record in records:
         student, notebook = record["student"], record["notebook"]
         reply = worker.finalize(student, notebook, {}, record.get("comments", {}), record.get("flagged"), True)
+        if reply.get("feedback_note"):
+            print(f"{student}/{notebook}: {reply['feedback_note']}", file=sys.stderr)
         if reply.get("feedback"):
             dest = tmp / student / f"{notebook}.html"
             dest.parent.mkdir(parents=True, exist_ok=True)

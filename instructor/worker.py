@@ -18,8 +18,10 @@ import resource
 import shutil
 import sys
 import traceback
+from html import escape as html_escape
 from pathlib import Path
 
+from instructor.bounded import ChildFailed, bounded
 from instructor.offline_html import runs_nothing
 
 
@@ -32,6 +34,22 @@ def _protocol_stream():
 
 
 STOP_ERRORS = ("NotebookTimeoutError", "DeadKernelError", "CellTimeoutError")
+
+# A feedback page is made in a child killed after this long: what a learner writes is parsed for it (markdown,
+# HTML, TeX), and each parser has had an input that made it super-linear (a regular expression over 64,000 nested
+# `<script`, 15 minutes; bleach over 28,000 nested `<div>`, 88 s). Whatever the next one is, one page waits this
+# long, never the worker's other notebooks. Pages take 1 to 2 s.
+FEEDBACK_SECONDS = 60.0
+
+
+def _no_page(notebook: str, note: str) -> str:
+    """The page left where a feedback page could not be made: says so, runs and loads nothing."""
+    return runs_nothing(
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Feedback</title></head><body>'
+        f"<h1>{notebook}</h1><p>{html_escape(note)}. The grades are in the gradebook and the grader's CSVs.</p>"
+        "</body></html>\n"
+    )
+
 
 # What a submission can make the grader store of its outputs (characters): per cell and per notebook. The
 # autograded notebook, its feedback page and this process's memory stay bounded whatever a cell prints.
@@ -236,14 +254,37 @@ class Worker:
         reply = {"success": True, "grades": grades, "feedback": None}
         autograded = self._paths(student, notebook, "autograded") / f"{notebook}.ipynb"
         if feedback and autograded.exists():
-            result = self.api.generate_feedback(notebook, student, force=True)
-            html = self._paths(student, notebook, "feedback") / f"{notebook}.html"
-            if result.get("success") and html.exists():
-                html.write_text(runs_nothing(html.read_text(encoding="utf-8")), encoding="utf-8")
-                reply["feedback"] = str(html)
-            else:
-                reply["feedback_error"] = (result.get("log") or "")[-2000:]
+            reply.update(
+                self.feedback(notebook, student, self._paths(student, notebook, "feedback") / f"{notebook}.html")
+            )
         return reply
+
+    def feedback(self, notebook: str, student: str, html: Path) -> dict:
+        """Make the feedback page at `html`, in at most FEEDBACK_SECONDS: {"feedback": its path}, with a
+        "feedback_note" where a page saying why stands in for it, or {"feedback_error": nbgrader's log}."""
+        try:
+            result = bounded(self._feedback_page, notebook, student, str(html), timeout=FEEDBACK_SECONDS)
+        except (TimeoutError, ChildFailed) as err:
+            note = f"the feedback page was not made: {err}"
+            if isinstance(err, TimeoutError):
+                note = (
+                    "the feedback page was not made: rendering its markdown and outputs took more than "
+                    f"{FEEDBACK_SECONDS:.0f} s"
+                )
+            html.parent.mkdir(parents=True, exist_ok=True)
+            html.write_text(_no_page(notebook, note), encoding="utf-8")
+            return {"feedback": str(html), "feedback_note": note}
+        if result.get("success") and html.exists():
+            return {"feedback": str(html)}
+        return {"feedback_error": (result.get("log") or "")[-2000:]}
+
+    def _feedback_page(self, notebook: str, student: str, html: str) -> dict:
+        """nbgrader's feedback page, made safe to open (`runs_nothing`); in a child of `bounded`'s."""
+        result = self.api.generate_feedback(notebook, student, force=True)
+        page = Path(html)
+        if result.get("success") and page.exists():
+            page.write_text(runs_nothing(page.read_text(encoding="utf-8")), encoding="utf-8")
+        return {"success": bool(result.get("success")), "log": str(result.get("log") or "")[-2000:]}
 
     def merge(self, db_path: str, records: list[dict]) -> dict:
         """Write final grades into another gradebook (the course's master one): one record per notebook."""

@@ -1586,8 +1586,8 @@ def test_colliding_folders_are_both_graded_and_flagged(graded):
 
 
 def test_a_student_id_is_never_read_as_a_formula_or_an_option():
-    """A folder named `-1-1`, `=cmd|' /C calc'!A0` or `@SUM(A1)` gives an id a spreadsheet opening grades.csv reads
-    as text, and a command line as no option (`-rf`)."""
+    """A folder named `-1-1`, `=cmd|' /C calc'!A0` or `@SUM(A1)` gives an id that the CSVs need not quote (so it
+    is the gradebook's id as it is) and a command line reads as no option (`-rf`)."""
     from instructor.grade import _student_id
 
     for folder in ("-1-1", "=cmd|' /C calc'!A0", "@SUM(A1)", "+1", "--rf", ".hidden", "-", "a.b-c@d"):

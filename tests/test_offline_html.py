@@ -300,3 +300,30 @@ def test_markup_too_deep_or_too_plentiful_is_shown_as_text():
     page = _feedback_page(True, (cell,) * (PAGE_TAGS // 1_000 + 2) + (LAST,), whole=False)
     assert page.count("more markup than a page takes") >= 2 and LAST in page
     assert page.count("<p>a</p>") >= 1_000 * (PAGE_TAGS // 1_000 - 1)  # the page's first cells as HTML
+
+
+def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, monkeypatch):
+    """Each parser a page goes through has had an input that made it super-linear (a regular expression over nested
+    `<script`, bleach over nested `<div>`), so the page is made in a child killed after FEEDBACK_SECONDS, whatever
+    the next such input is: the worker goes on to its other notebooks, and the page left says why."""
+    from instructor import worker
+
+    monkeypatch.setattr(worker, "FEEDBACK_SECONDS", 2.0)
+    slow = worker.Worker.__new__(worker.Worker)
+    slow._feedback_page = lambda notebook, student, html: time.sleep(60)
+    started = time.monotonic()
+    reply = slow.feedback("01_layernorm", "s", tmp_path / "s" / "01_layernorm.html")
+    assert time.monotonic() - started < 10
+    assert "took more than 2 s" in reply["feedback_note"], reply
+    page = Path(reply["feedback"]).read_text()
+    assert "took more than 2 s" in page and page.count("Content-Security-Policy") == 1, page
+    # one that fails says what failed; one that works is kept as made
+    slow._feedback_page = lambda notebook, student, html: 1 / 0
+    assert "ZeroDivisionError" in slow.feedback("01_layernorm", "s", tmp_path / "s" / "x.html")["feedback_note"]
+
+    def made(notebook, student, html):
+        Path(html).write_text("<html><head></head><body>page</body></html>")
+        return {"success": True}
+
+    slow._feedback_page = made
+    assert slow.feedback("01_layernorm", "s", tmp_path / "s" / "y.html") == {"feedback": str(tmp_path / "s" / "y.html")}
