@@ -2926,6 +2926,11 @@ CROSS_ENTROPY_BY_ANOTHER_NAME = {
         "-torch.nn.AdaptiveLogSoftmaxWithLoss(logits.shape[-1], logits.shape[-1], [logits.shape[-1] - 1]).log_prob("
         "logits[:, :-1].flatten(0, 1)).gather(-1, tokens[:, 1:].reshape(-1, 1)).mean()"
     ),
+    # red-team round 14: torch's chunked linear cross-entropy on an identity input, an operator registered late
+    "a linear cross-entropy of the identity": (
+        "torch.nn.functional.linear_cross_entropy(torch.eye(logits[:, :-1].flatten(0, 1).shape[0]), "
+        "logits[:, :-1].flatten(0, 1).T, tokens[:, 1:].flatten(), options=torch.nn.LinearCrossEntropyOptions())"
+    ),
     "torch's reference nll_loss": (
         "__import__('torch._refs.nn.functional')._refs.nn.functional.nll_loss("
         "logits[:, :-1].log_softmax(-1).flatten(0, 1), tokens[:, 1:].flatten())"
@@ -3738,6 +3743,49 @@ def test_a_fused_backend_operator_is_refused_in_every_probe():
     before, after, *_ = json.loads(child_says(BACKEND_OP))
     assert before == "ran", before  # the route works where nothing is taken out
     assert "forbids mkldnn::_convolution_pointwise" in after, after
+
+
+# Red-team round 14: `F.linear_cross_entropy` with `LinearCrossEntropyOptions` runs a cross-entropy that torch
+# registers as `torch_nn::_linear_cross_entropy_batch_chunked` only when first called; the record took only the
+# operators registered at the start for operators, so it passed for a label. Now every operator outside `aten`
+# counts, whenever torch registered it; one the learner's notebook registers is the learner's code.
+LATE_OPERATOR = """
+import json, torch
+import torch.nn.functional as F
+from instructor import probe_runner
+from instructor.rules import FOREIGN_OPERATORS
+rules = (FOREIGN_OPERATORS, "*::gelu*")
+said = {}
+flat, targets = torch.randn(6, 5), torch.randint(0, 5, (6,))
+lce = lambda: F.linear_cross_entropy(torch.eye(6), flat.T, targets, options=torch.nn.LinearCrossEntropyOptions())
+def watching(target, call):  # as `run_probes` does: a record whose names cannot be read is made again
+    for _ in range(3):
+        try:
+            return probe_runner._call_watching(target, call, rules)
+        except probe_runner.RecordUnreadable:
+            continue
+try:
+    watching("cross_entropy_loss", lce)
+    said["torch's"] = "passed"
+except probe_runner.ProbeError as err:
+    said["torch's"] = str(err)
+learners = (
+    "@torch.library.custom_op('course::gelu_new', mutates_args=())\\n"
+    "def gelu_op(x: torch.Tensor) -> torch.Tensor:\\n"
+    "    return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x.pow(3))))\\n"
+)
+namespace = {"torch": torch}
+exec(compile(learners, "<learner 04_mlp_and_block cell 9>", "exec"), namespace)
+watching("gelu_new", lambda: namespace["gelu_op"](torch.randn(3)))
+said["learner's"] = "passed"
+print(json.dumps(said))
+"""
+
+
+def test_an_operator_torch_registers_late_is_refused_and_the_learners_own_is_not():
+    said = json.loads(child_says(LATE_OPERATOR))
+    assert "torch_nn::_linear_cross_entropy_batch_chunked" in said["torch's"], said
+    assert said["learner's"] == "passed", said
 
 
 def test_torchs_local_response_norm_module_fails_01(tmp_path):
