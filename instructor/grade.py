@@ -135,6 +135,9 @@ def as_code(text: str) -> str:
     return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
 
 
+# A probe job that takes longer than this, and than four times nbgrader's run of the notebook, is flagged.
+SLOW_PROBES = 60.0
+
 # What this process does with a submission's content (normalising it, planning its probes) runs in a child of its
 # own for at most this long: nothing in a notebook holds the batch (a cell of 499 `%time` lines made IPython's
 # transformer quadratic here, and held every student's grading for two minutes: red-team round 11)
@@ -1103,6 +1106,15 @@ class Grader:
     def _maybe_finish(self, item: Item, finalize_queue) -> int:
         if item.autograde is None or item.probed is None:
             return 0
+        probes, nbgrader = item.timings.get("probes", 0.0), item.timings.get("nbgrader", 0.0)
+        if probes > SLOW_PROBES and probes > 4 * nbgrader:
+            # the judge's child runs the definitions of every cell once a phase: what took long only there (a
+            # `time.sleep` under `if not os.path.isdir("/proc")` held a probe slot 251 s, red-team round 14)
+            # is the instructor's to see, with the job's log that says where the time went
+            item.flags.append(
+                f"the judge's probes took {probes:.0f} s, where nbgrader's run of the whole notebook took "
+                f"{nbgrader:.0f} s (see course/judge/{item.student}/{item.notebook}.log)"
+            )
         if self.job_student:  # scored by the coordinator, which alone holds the judge's expected outputs
             return 1
         self._score(item)

@@ -90,6 +90,12 @@ def learner_html(html) -> str:
 # that comes after a page's learner markup has used up its tags, is shown as text, unparsed.
 MAX_DEPTH = 64
 PAGE_TAGS = 50_000
+# Markdown is rendered, then parsed, in time that grows with its length: one 12 MB markdown table (a learner's
+# notebook may be 20 MB) held a grading worker 112 s on one page (red-team round 14). A markdown cell longer than
+# this, or past what a page's markdown may use, is shown as text, its first MARKDOWN_CHARS characters only. The
+# course's longest markdown cell is under 4,000 characters.
+MARKDOWN_CHARS = 100_000
+PAGE_MARKDOWN_CHARS = 1_000_000
 _TAG = re.compile(r"<[A-Za-z]")
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())  # noqa: SIM905
 
@@ -124,9 +130,10 @@ class FeedbackExporter(HTMLExporter):
     `sanitize_html` cleans through `learner_html`, each page's learner markup within `MAX_DEPTH` and `PAGE_TAGS`."""
 
     _tags_left = PAGE_TAGS  # what the page's learner markup may still use (reset for every page)
+    _markdown_left = PAGE_MARKDOWN_CHARS  # the same for its markdown's characters
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        self._tags_left = PAGE_TAGS
+        self._tags_left, self._markdown_left = PAGE_TAGS, PAGE_MARKDOWN_CHARS
         return super().from_notebook_node(nb, resources, **kw)
 
     def _clean(self, html) -> str:
@@ -139,6 +146,18 @@ class FeedbackExporter(HTMLExporter):
         return learner_html(html)
 
     def markdown2html(self, context, source):
+        if len(source) <= MARKDOWN_CHARS:  # a cell shown as text uses none of the page's markdown
+            self._markdown_left -= len(source)
+        if len(source) > MARKDOWN_CHARS or self._markdown_left < 0:
+            why = "longer than a cell's markdown may be" if len(source) > MARKDOWN_CHARS else "past a page's markdown"
+            cut = (
+                f"\n[{len(source) - MARKDOWN_CHARS:,} more characters not shown]"
+                if len(source) > MARKDOWN_CHARS
+                else ""
+            )
+            return (
+                f"<p><em>(shown as text, not rendered: {why})</em></p><pre>{escape(source[:MARKDOWN_CHARS])}{cut}</pre>"
+            )
         return self._clean(super().markdown2html(context, source))
 
     markdown2html.jinja_pass_arg = HTMLExporter.markdown2html.jinja_pass_arg  # jinja hands it the context

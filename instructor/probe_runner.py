@@ -1668,13 +1668,14 @@ def _forbids(rule: str, event: str) -> bool:
 def _profiler():
     """What the record is made with, bound once, when this module is first imported: the child imports it before
     any learner code runs, so a name the learner's code rebinds later (`torch.profiler.profile = ...`) does not
-    reach the record."""
+    reach the record. It records the operators of every thread, not only the caller's (`no_new_tasks`)."""
+    from torch._C._profiler import _ExperimentalConfig
     from torch.profiler import ProfilerActivity, profile
 
-    return profile, ProfilerActivity.CPU
+    return profile, ProfilerActivity.CPU, _ExperimentalConfig(profile_all_threads=True)
 
 
-_PROFILE, _CPU = _profiler()
+_PROFILE, _CPU, _ALL_THREADS = _profiler()
 
 
 class RecordUnreadable(Exception):
@@ -1682,10 +1683,10 @@ class RecordUnreadable(Exception):
 
 
 def _record(call):
-    """`call()`'s result and the names of everything the profiler recorded while it ran in this thread, operators
-    and Python functions alike (learner code has no other thread: `no_new_tasks`). Code of the learner's that
+    """`call()`'s result and the names of everything the profiler recorded while it ran: operators in every thread,
+    Python functions in this one (a thread's are withdrawn for it as for this one: `withdraw_python`). Code of the learner's that
     replaces the profiler's Python tracer (`cProfile` around a loop) is not refused: the record is a second line."""
-    with _PROFILE(activities=[_CPU], with_stack=True) as record:
+    with _PROFILE(activities=[_CPU], with_stack=True, experimental_config=_ALL_THREADS) as record:
         out = call()
     try:
         # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
@@ -1761,16 +1762,76 @@ def _call_watching(target: str, call, forbidden: tuple[str, ...]):
     return out
 
 
+# Threads a probe child may run at once beside its own (RLIMIT_NPROC counts them per uid, and every child has its own)
+CHILD_THREADS = 64
+
+
+def _threads_only() -> bool:
+    """Let this process start threads and no process: a seccomp filter refuses `clone` without CLONE_THREAD (a new
+    process: `fork`, `posix_spawn`, `subprocess`), `fork`, `vfork`, `execve` and `execveat`, and answers `clone3`
+    ENOSYS, on which the C library starts its threads with `clone`. A process started there would run a fresh
+    interpreter, with nothing taken out of it; a thread shares this process, with everything taken out of it.
+    Returns whether the filter is in place (not on an architecture other than x86-64 and arm64)."""
+    import ctypes
+    import platform
+    import struct
+
+    arches = {  # the audit architecture; clone, clone3; the calls that make or replace a process
+        "x86_64": (0xC000003E, 56, 435, (57, 58, 59, 322)),
+        "aarch64": (0xC00000B7, 220, 435, (221, 281)),
+    }
+    if platform.machine() not in arches:
+        return False
+    arch, clone, clone3, refused = arches[platform.machine()]
+    load, equal, any_bit, ret = 0x20, 0x15, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    program = [(load, 0, 0, 4), (equal, 1, 0, arch), (ret, 0, 0, eperm), (load, 0, 0, 0)]  # another ABI: nothing
+    program += [(equal, 0, 4, clone), (load, 0, 0, 16), (any_bit, 1, 0, 0x00010000), (ret, 0, 0, eperm)]
+    program += [(ret, 0, 0, allow), (equal, 0, 1, clone3), (ret, 0, 0, enosys)]
+    for number in refused:
+        program += [(equal, 0, 1, number), (ret, 0, 0, eperm)]
+    program += [(ret, 0, 0, allow)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *step) for step in program))
+    libc = ctypes.CDLL(None, use_errno=True)
+    no_new_privs, set_seccomp, filter_mode = 38, 22, 2
+    if libc.prctl(no_new_privs, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(set_seccomp, filter_mode, ctypes.byref(Program(len(program), ctypes.addressof(code))), 0, 0) == 0
+
+
+_PROCESS_EVENTS = frozenset(
+    {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system", "subprocess.Popen", "pty.spawn"}
+)
+
+
 def no_new_tasks() -> None:
-    """From here on this process can start neither a thread nor a process (the probe child calls it before any
-    learner code runs): everything the learner's code runs, it runs in this thread, where the profiler looks (a new thread's Python functions would go unseen, a forked process's everything). The kernel
-    enforces RLIMIT_NPROC, set here to 0, soft and hard, for any uid but root's (never learner code's in the
-    sandbox): threads and processes already running go on, none can start."""
+    """From here on this process can start no process (the probe child calls it before any learner code runs): a
+    process started there would run a fresh interpreter, with nothing the rules take out taken out of it. Threads it
+    may start (`_threads_only`): what the rules forbid is out of the process for every thread, and the record
+    watches every thread's operators (an honest gelu_new computed in a `ThreadPoolExecutor`, or a progress bar that
+    redraws itself from a thread, as rich's does, scored 0 while threads were refused too: red-team rounds 11 and
+    14). Where no such filter can be made, neither can start: the kernel enforces RLIMIT_NPROC, set here to 0,
+    soft and hard, for any uid but root's (never learner code's in the sandbox)."""
     if os.getuid() != 0:
         try:
             _record(lambda: None)  # the profiler starts its own threads the first time: before the limit
         except Exception:  # noqa: BLE001, S110 - then a probe's record fails, and says so
             pass
+        if _threads_only():
+            resource.setrlimit(resource.RLIMIT_NPROC, (CHILD_THREADS, CHILD_THREADS))
+
+            def refuse_processes(event, args):  # what the filter refuses anyway, said so that a learner knows why
+                if event in _PROCESS_EVENTS:
+                    raise RuntimeError(
+                        f"{event}: the judge runs your code in one process, which may start threads but no process"
+                    )
+
+            sys.addaudithook(refuse_processes)
+            return
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
         import threading
 

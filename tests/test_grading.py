@@ -459,6 +459,8 @@ UNUSUAL_4 = """import torch
 from ln_centre import centre
 from ln_eps import with_eps
 from ln_power import POWER
+from concurrent.futures import ThreadPoolExecutor
+
 from rich.text import Text
 from torch import nn
 
@@ -474,7 +476,8 @@ def _define():
             self.b = nn.Parameter(torch.zeros(cfg.d_model))
 
         def forward(self, residual):
-            centered = centre(residual)
+            with ThreadPoolExecutor(1) as pool:  # a thread of its own (round 14: refused, the exercise lost)
+                centered = pool.submit(centre, residual).result()
             variance = centered.pow(POWERS[POWER]).mean(dim=-1, keepdim=True)
             return centered / with_eps(variance, self.cfg.layer_norm_eps).sqrt() * self.w + self.b
 
@@ -574,7 +577,7 @@ class LayerNorm(nn.Module):
         self.w = nn.Parameter(torch.ones(cfg.d_model))
         self.b = nn.Parameter(torch.zeros(cfg.d_model))
 
-    def forward(self, residual):  # the operator the exercise forbids, in a thread the record would not watch
+    def forward(self, residual):  # the function and operator the exercise forbids, in a thread
         norm = getattr(torch.nn.functional, "layer" + "_norm")
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(norm, residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps).result()
@@ -778,7 +781,7 @@ SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "forge_fd": "asked for out of turn",  # it wrote to every descriptor it found, the feeder's socket among them
     "function_mode": "differs from the course's LayerNorm",
     "global_hook": "differs from the course's LayerNorm",
-    "thread_forward": "can't start new thread",
+    "thread_forward": "forbids layer_norm",  # out of the process for every thread
     "forbidden_call": "forbids layer_norm",  # F.layer_norm itself is withdrawn in 01, its operator too
     # torch's reference layer norm, read from its installed file and compiled under another name: the file is empty
     # where the judge's probes run (a red-team review did this with multi_head_attention_forward in 03)
@@ -1357,11 +1360,12 @@ def test_cheats_in_the_learners_process_score_zero(graded, student):
 
 @needs_sandbox
 def test_the_judge_alone_refuses_an_exercise_that_computes_in_a_thread(graded):
-    """Where an exercise hands its work to a thread, the judge's probe fails by itself: once the probes run, the
-    kernel lets the child start no thread (RLIMIT_NPROC), so nothing runs where the record does not look."""
+    """Where an exercise hands a forbidden call to a thread, the judge's probe fails by itself: what the rules forbid
+    is out of the child's process for every thread (an honest exercise may compute in a thread: `unusual_honest_4`;
+    no process can start there)."""
     verdicts = json.loads((graded["out"] / "course" / "judge" / "thread_forward" / f"{LN}.judge.json").read_text())
     verdict = verdicts["verdicts"]["test_layernorm"]
-    assert verdict["passed"] is False and "can't start new thread" in verdict["message"], verdict
+    assert verdict["passed"] is False and "forbids layer_norm" in verdict["message"], verdict
 
 
 PROBE_VIEW = """
@@ -1595,6 +1599,25 @@ def test_a_student_id_is_never_read_as_a_formula_or_an_option():
         assert student and student[0] not in "=+-@.\t\r", (folder, student)
         assert re.fullmatch(r"[A-Za-z0-9_.@-]+", student), (folder, student)
     assert _student_id("a.b-c@d") == "a.b-c@d" and _student_id("-") == "student"
+
+
+def test_probes_far_slower_than_the_notebook_are_flagged():
+    """The judge's child runs the definitions again, where there is no `/proc` and no network: a `time.sleep` only
+    there held a probe slot 251 s with honest marks (red-team round 14). The instructor sees it on the row."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from instructor.grade import SLOW_PROBES, Grader, Item
+
+    grader = SimpleNamespace(job_student="s")  # a job's grader: scored by its coordinator, nothing else to do
+    flags = []
+    for probes, nbgrader in ((251.0, 1.9), (SLOW_PROBES - 1, 1.0), (200.0, 60.0)):
+        item = Item("s", LN, Path("x"), autograde={}, probed={}, timings={"probes": probes, "nbgrader": nbgrader})
+        assert Grader._maybe_finish(grader, item, {}) == 1
+        flags.append(item.flags)
+    assert flags[1:] == [[], []], flags
+    said = f"the judge's probes took 251 s, where nbgrader's run of the whole notebook took 2 s (see course/judge/s/{LN}.log)"
+    assert flags[0] == [said], flags
 
 
 def test_refuses_to_grade_without_the_sandbox(tmp_path):

@@ -302,6 +302,24 @@ def test_markup_too_deep_or_too_plentiful_is_shown_as_text():
     assert page.count("<p>a</p>") >= 1_000 * (PAGE_TAGS // 1_000 - 1)  # the page's first cells as HTML
 
 
+def test_markdown_too_long_is_shown_as_text():
+    """One 12 MB markdown table held a grading worker 112 s on one page (red-team round 14): a markdown cell longer
+    than MARKDOWN_CHARS is shown as text, its start only, and so is markdown past a page's PAGE_MARKDOWN_CHARS; the
+    cells after it still show, and short cells render."""
+    from instructor.offline_html import MARKDOWN_CHARS, PAGE_MARKDOWN_CHARS
+
+    row = "|" + "|".join(["x"] * 200) + "|\n"
+    table = "|" + "|".join(["c"] * 200) + "|\n|" + "|".join(["-"] * 200) + "|\n" + row * 30_000  # 12 MB
+    start = time.perf_counter()
+    page = _feedback_page(True, (table, "**bold** short", LAST), whole=False)
+    assert time.perf_counter() - start < 30
+    assert "longer than a cell's markdown may be" in page and f"{len(table) - MARKDOWN_CHARS:,} more" in page
+    assert "<strong>bold</strong>" in page and LAST in page and len(page) < 2 * MARKDOWN_CHARS + 500_000
+    cell = "word " * (MARKDOWN_CHARS // 5 - 1)
+    page = _feedback_page(True, (cell,) * (PAGE_MARKDOWN_CHARS // len(cell) + 2) + (LAST,), whole=False)
+    assert page.count("past a page's markdown") >= 2 and LAST in page
+
+
 def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, monkeypatch):
     """Each parser a page goes through has had an input that made it super-linear (a regular expression over nested
     `<script`, bleach over nested `<div>`), so the page is made in a child killed after FEEDBACK_SECONDS, whatever
