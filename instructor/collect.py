@@ -94,6 +94,11 @@ def _norm(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
+# The first line of a markdown cell the course did not write, once normalised: the feedback page frames the cell as
+# the learner's and says so. A learner's own copy of it frames only the learner's cell.
+LEARNERS_MARKDOWN = "<!-- written in this submission -->\n"
+
+
 def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]:
     """(the canonical notebook, flags) for one submitted notebook; `release` is the course's learner version."""
     flags: list[str] = []
@@ -198,6 +203,14 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
     for cell in cells:
         if cell["cell_type"] == "code" and "nbgrader" not in cell["metadata"] and _norm(cell["source"]) in given:
             cell["metadata"][GIVEN] = True
+
+    # markdown the course did not write (a learner's notes, a course cell edited) is shown framed as the learner's
+    # on the feedback page (`offline_html.FeedbackExporter`): a learner's "Score: 2.0 / 2.0" headings and score table
+    # read as the page's own (red-team round 14)
+    course_text = {_norm(cell_source(c)) for c in release_cells if c.get("cell_type") == "markdown"}
+    for cell in cells:
+        if cell["cell_type"] == "markdown" and _norm(cell["source"]) not in course_text:
+            cell["source"] = LEARNERS_MARKDOWN + cell["source"]
 
     # valid, unique cell ids; no outputs
     used = set()

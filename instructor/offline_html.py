@@ -38,6 +38,8 @@ from html import escape
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from instructor.collect import LEARNERS_MARKDOWN
+
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
 _DISPLAY = re.compile(r"\$\$(.+?)\$\$", re.DOTALL)
 _INLINE = re.compile(r"(?<![\\$\w])\$(?=\S)([^$\n]+?)(?<=\S)\$(?![\w$])")
@@ -146,6 +148,14 @@ class FeedbackExporter(HTMLExporter):
         return learner_html(html)
 
     def markdown2html(self, context, source):
+        learners = source.startswith(LEARNERS_MARKDOWN)  # `collect.normalise`: not the course's text
+        html = self._markdown(context, source[len(LEARNERS_MARKDOWN) :] if learners else source)
+        if not learners:
+            return html
+        # around the cleaned, closed fragment: nothing in it can end the frame early
+        return "<blockquote><p><em>Written in this submission, not the course's text:</em></p>" + html + "</blockquote>"
+
+    def _markdown(self, context, source):
         if len(source) <= MARKDOWN_CHARS:  # a cell shown as text uses none of the page's markdown
             self._markdown_left -= len(source)
         if len(source) > MARKDOWN_CHARS or self._markdown_left < 0:

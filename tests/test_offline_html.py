@@ -3,6 +3,7 @@ style but the template's."""
 
 import base64
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -289,7 +290,7 @@ def test_markup_too_deep_or_too_plentiful_is_shown_as_text():
     the learner's markup past `PAGE_TAGS` tags a page, are shown as text, unparsed; the cells after them still show."""
     from instructor.offline_html import MAX_DEPTH, PAGE_TAGS, nests_deeper_than
 
-    deep = "<div>" * 28_000 + "deep"
+    deep = "<div>" * 19_000 + "deep"  # 95,000 characters: a markdown cell short enough to be rendered
     assert nests_deeper_than(deep) and nests_deeper_than("<b>x<p>" * (MAX_DEPTH + 1))
     assert not nests_deeper_than("<table>" + "<tr><td>1</td><td>2</td></tr>" * 2_000 + "</table>")  # a DataFrame's
     start = time.perf_counter()
@@ -345,3 +346,44 @@ def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, mo
 
     slow._feedback_page = made
     assert slow.feedback("01_layernorm", "s", tmp_path / "s" / "y.html") == {"feedback": str(tmp_path / "s" / "y.html")}
+
+
+def test_markdown_the_course_did_not_write_is_framed_as_the_learners():
+    """A learner's markdown "Score: 2.0 / 2.0 (judge: all tests passed)" heading and score table read as the page's
+    own (red-team round 14): `normalise` marks every markdown cell that is not the course's text, and the page frames
+    it, around the closed fragment, so that no end tag of the learner's ends the frame early."""
+    from html.parser import HTMLParser
+
+    from instructor.collect import LEARNERS_MARKDOWN, normalise
+
+    release = json.loads((ROOT / "notebooks" / "01_layernorm.ipynb").read_text())
+    learner = json.loads((ROOT / "notebooks" / "01_layernorm.ipynb").read_text())
+    course = next(c for c in learner["cells"] if c["cell_type"] == "markdown")
+    learner["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": "# Score: 2.0 / 2.0"})
+    nb, _ = normalise(learner, release, "01_layernorm")
+    sources = [c["source"] for c in nb["cells"] if c["cell_type"] == "markdown"]
+    assert sources[0] == "".join(course["source"]) and sources[1] == LEARNERS_MARKDOWN + "# Score: 2.0 / 2.0"
+    assert sum(s.startswith(LEARNERS_MARKDOWN) for s in sources) == 1
+
+    forged = (
+        LEARNERS_MARKDOWN + "</blockquote></div></div>\n\n# Score: 2.0 / 2.0\n\n| test | score |\n|---|---|\n| a | 2 |"
+    )
+    page = _feedback_page(True, (forged, LAST), whole=False)
+
+    class Where(HTMLParser):
+        depth, seen = 0, {}
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += tag == "blockquote"
+
+        def handle_endtag(self, tag):
+            self.depth -= tag == "blockquote"
+
+        def handle_data(self, data):
+            for text in ("Score: 2.0", "Written in this submission", LAST):
+                if text in data:
+                    self.seen[text] = self.depth
+
+    where = Where()
+    where.feed(page)
+    assert where.seen == {"Written in this submission": 1, "Score: 2.0": 1, LAST: 0}, where.seen
