@@ -22,7 +22,7 @@ import re
 import stat
 from pathlib import Path
 
-from instructor.course import GIVEN, cell_kind, cell_source, nbgrader_meta
+from instructor.course import GIVEN, cell_kind, cell_source, nbgrader_meta, same_text
 
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -90,10 +90,6 @@ def read_submission(path: Path) -> dict:
     return nb
 
 
-def _norm(source: str) -> str:
-    return "\n".join(line.rstrip() for line in source.strip().splitlines())
-
-
 # The first line of a markdown cell the course did not write, once normalised: the feedback page frames the cell as
 # the learner's and says so. A learner's own copy of it frames only the learner's cell.
 LEARNERS_MARKDOWN = "<!-- written in this submission -->\n"
@@ -109,7 +105,7 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
         if meta.get("grade_id"):
             release_meta[meta["grade_id"]] = cell
     test_by_text = {
-        _norm(cell_source(c)): nbgrader_meta(c)["grade_id"] for c in release_cells if cell_kind(c) == "test"
+        same_text(cell_source(c)): nbgrader_meta(c)["grade_id"] for c in release_cells if cell_kind(c) == "test"
     }
 
     cells = []
@@ -165,7 +161,7 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
     present = {c["metadata"]["nbgrader"]["grade_id"] for c in cells if "nbgrader" in c["metadata"]}
     for index, cell in enumerate(cells):
         if cell["cell_type"] == "code" and "nbgrader" not in cell["metadata"]:
-            grade_id = test_by_text.get(_norm(cell["source"]))
+            grade_id = test_by_text.get(same_text(cell["source"]))
             if grade_id and grade_id not in present:
                 source_cell = release_meta[grade_id]
                 cell["metadata"]["nbgrader"] = copy.deepcopy(source_cell["metadata"]["nbgrader"])
@@ -182,12 +178,12 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
         for back in range(r_index - 1, -1, -1):
             key = nbgrader_meta(release_cells[back]).get("grade_id") or (
                 "text",
-                _norm(cell_source(release_cells[back])),
+                same_text(cell_source(release_cells[back])),
             )
             match = [
                 i
                 for i, c in enumerate(cells)
-                if (c["metadata"].get("nbgrader", {}).get("grade_id") or ("text", _norm(c["source"]))) == key
+                if (c["metadata"].get("nbgrader", {}).get("grade_id") or ("text", same_text(c["source"]))) == key
             ]
             if match:
                 insert_at = match[-1] + 1
@@ -199,17 +195,17 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
         flags.append(f"test cell {grade_id} was missing; the course's test was put back")
 
     # the course's own code cells, left as released: nbgrader's run may leave out those no graded cell needs
-    given = {_norm(cell_source(c)) for c in release_cells if cell_kind(c) == "given"}
+    given = {same_text(cell_source(c)) for c in release_cells if cell_kind(c) == "given"}
     for cell in cells:
-        if cell["cell_type"] == "code" and "nbgrader" not in cell["metadata"] and _norm(cell["source"]) in given:
+        if cell["cell_type"] == "code" and "nbgrader" not in cell["metadata"] and same_text(cell["source"]) in given:
             cell["metadata"][GIVEN] = True
 
     # markdown the course did not write (a learner's notes, a course cell edited) is shown framed as the learner's
     # on the feedback page (`offline_html.FeedbackExporter`): a learner's "Score: 2.0 / 2.0" headings and score table
     # read as the page's own (red-team round 14)
-    course_text = {_norm(cell_source(c)) for c in release_cells if c.get("cell_type") == "markdown"}
+    course_text = {same_text(cell_source(c)) for c in release_cells if c.get("cell_type") == "markdown"}
     for cell in cells:
-        if cell["cell_type"] == "markdown" and _norm(cell["source"]) not in course_text:
+        if cell["cell_type"] == "markdown" and same_text(cell["source"]) not in course_text:
             cell["source"] = LEARNERS_MARKDOWN + cell["source"]
 
     # valid, unique cell ids; no outputs

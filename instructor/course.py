@@ -18,7 +18,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS_DIR = REPO_ROOT / "solutions"
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-COURSE_ID = "transformer-from-scratch"
 
 # nbgrader runs `alembic` (the gradebook's migration tool) as a command: make the environment's own one findable.
 _bin = os.path.dirname(sys.executable)
@@ -57,6 +56,11 @@ def nbgrader_meta(cell: dict) -> dict:
 # Cell metadata the grader's normaliser sets on the course's own code cells, left as released: nbgrader's run may
 # leave out those no graded cell needs (`nbconfig.cells_to_run`)
 GIVEN = "course_given"
+
+
+def same_text(source: str) -> str:
+    """A cell's text as compared with the course's: line ends and trailing spaces do not count."""
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
 def cell_kind(cell: dict) -> str:

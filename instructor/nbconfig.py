@@ -314,9 +314,13 @@ class GuardedExecute(Execute):
         self._stopped = None
         self._runs = cells_to_run(nb.cells)
         try:
-            return super().preprocess(nb, resources, km)
+            nb, resources = super().preprocess(nb, resources, km)
         finally:
             self.timeout = self._cell_timeout
+        from instructor.worker import bound_notebook
+
+        bound_notebook(nb)  # what is saved, however it got into the notebook
+        return nb, resources
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -381,9 +385,7 @@ class HideHiddenTests(NbGraderPreprocessor):
         return cell, resources
 
 
-def configure(
-    c, cell_timeout: int = 60, notebook_timeout: int = 300, kernel_name: str | None = None, ipc: bool = False
-) -> None:
+def configure(c, cell_timeout: int = 60, notebook_timeout: int = 300, kernel_name: str | None = None) -> None:
     """Apply the course's nbgrader settings to a traitlets config `c` (also used by nbgrader_config.py)."""
     from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
     from nbgrader.preprocessors import (
@@ -405,13 +407,12 @@ def configure(
     # On a busy machine a kernel's output can trail its reply by seconds: wait for it, and never fail a cell for
     # it (an error in the cell is still seen: nbgrader adds it from the reply's status).
     c.Execute.iopub_timeout = 30
+    c.Execute.store_widget_state = False  # a widget's state, of any size, in the notebook: never needed for a grade
     c.Execute.raise_on_iopub_timeout = False
     c.Execute.startup_timeout = 180
     c.GuardedExecute.notebook_timeout = notebook_timeout
     if kernel_name:  # the grader's warm kernels (instructor.kernel_launcher); else the notebook's own kernelspec
         c.Execute.kernel_name = kernel_name
-    if ipc:  # sandboxed kernels have no network: nbgrader talks to them over Unix sockets (JUPYTER_RUNTIME_DIR)
-        c.KernelManager.transport = "ipc"
     c.Autograde.autograde_preprocessors = [
         GuardedExecute,
         IgnorePattern,

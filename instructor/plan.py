@@ -21,7 +21,7 @@ import functools
 import math
 import re
 
-from instructor.course import cell_kind, cell_source, nbgrader_meta
+from instructor.course import cell_kind, cell_source, nbgrader_meta, same_text
 
 # Cell magics that run their cell's code in the notebook's namespace, as if they were not there: what the cell
 # defines is defined (`%%time` over a class made it a string passed to a magic, and the exercise went missing).
@@ -673,10 +673,6 @@ def _only_definitions(tree: ast.Module) -> bool:
     )
 
 
-def _norm(source: str) -> str:
-    return "\n".join(line.rstrip() for line in source.strip().splitlines())
-
-
 def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
     """The plan for one submitted notebook (JSON-serialisable)."""
     notes: list[str] = []
@@ -700,7 +696,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
         meta = nbgrader_meta(cell)
         text = ipython_to_python(cell_source(cell))
         if kind == "given":
-            given_by_text.setdefault(_norm(cell_source(cell)), index)
+            given_by_text.setdefault(same_text(cell_source(cell)), index)
         elif kind == "solution":
             exercise = meta["grade_id"]
             tree = ast.parse(text)
@@ -712,7 +708,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             }
         elif kind == "test":
             tests[meta["grade_id"]] = index
-    test_texts = {_norm(cell_source(src_cells[t])) for t in tests.values()}
+    test_texts = {same_text(cell_source(src_cells[t])) for t in tests.values()}
 
     # --- the learner's notebook: which cell is which
     learner_for = {}  # exercise grade_id -> learner cell index
@@ -726,10 +722,10 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
         if grade_id in solutions and meta.get("solution"):
             learner_for[grade_id] = index  # the last one wins, as in nbgrader
             mapped[index] = solutions[grade_id]["index"]
-        elif grade_id in tests or _norm(cell_source(cell)) in test_texts:
+        elif grade_id in tests or same_text(cell_source(cell)) in test_texts:
             mapped[index] = tests.get(grade_id)
-        elif _norm(cell_source(cell)) in given_by_text:
-            mapped[index] = given_by_text[_norm(cell_source(cell))]
+        elif same_text(cell_source(cell)) in given_by_text:
+            mapped[index] = given_by_text[same_text(cell_source(cell))]
     cell_names = {}  # each cell parsed once, however many exercises are looked for
 
     def names_of(index: int) -> set[str] | None:

@@ -20,7 +20,8 @@ every Jupyter kernel and every probe child of the judge from there. What that gi
   mmaps;
 - the course's answers: the template reads the `component` cells of every solution notebook (which later
   notebooks build on) from a root-only directory inside the sandbox before any fork, and each child forgets the
-  later ones before it drops its privileges (a kernel its own notebook's too); the probe template's children read
+  later ones before it drops its privileges (a kernel keeps its own notebook's, which its checks build on); the
+  probe template's children read
   only the earlier ones, after the fork (`instructor.template`);
 - a network namespace of its own per child, with no interface up, and (but for kernels) no view of the kernels'
   socket folder: children cannot talk to each other.
@@ -204,11 +205,9 @@ def bwrap_command(
     cgroup: MemoryCgroup | None = None,
     cgroups: list[MemoryCgroup] = (),
     private_ro: dict[str, str] | None = None,
-    hide: list[str] = (),
 ) -> list[str]:
     """`inner` run inside the sandbox. `rw`: directories shared read-write at the same path (sockets);
-    `private_ro`: {outside: name} bound read-only under the root-only INSIDE_PRIVATE; `hide`: paths covered by an
-    empty tmpfs (in case they lie under something that is bound)."""
+    `private_ro`: {outside: name} bound read-only under the root-only INSIDE_PRIVATE."""
     args = [bwrap, *namespace_args(), "--die-with-parent", "--new-session"]
     args += _system_binds()
     # The private /tmp and /run first: the course or its virtual environment may live under /tmp (a CI clone), and
@@ -246,9 +245,6 @@ def bwrap_command(
         args += ["--perms", "0700", "--dir", INSIDE_PRIVATE]
         for outside, name in private_ro.items():
             args += ["--ro-bind", outside, f"{INSIDE_PRIVATE}/{name}"]
-    for path in hide:
-        if os.path.exists(path):
-            args += ["--tmpfs", path]
     args += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--chdir", "/tmp", "--", *inner]
     return args
 
@@ -317,7 +313,6 @@ class Confinement:
         self.extra = {k: v for k, v in (extra_cgroups or {}).items() if v and os.path.isdir(v)}
         self.scratch = [p for p in scratch if p]
         self.counter = 0
-        self.private_tmp = ""  # why the last child had no private /tmp ("" when it had one)
         # Three templates fork children in one sandbox (the main one's kernels and the two of the judge's probes): each its
         # own uids and cgroup names, so that none can reap, signal or share a cgroup with another's children.
         self.family = family
@@ -408,14 +403,12 @@ class Confinement:
         self.charge(slot, memory_bytes)
         try:
             home = self._private_tmp(uid, memory_bytes, probe=not own)
-            self.private_tmp = ""
             if not own:  # not a kernel: the kernels' socket folders are out of its sight (no socket to reach)
                 for folder in self.scratch:
                     if os.path.isdir(folder):
                         cover(_libc(), folder)
                 cover(_libc(), "/proc")
-        except OSError as err:  # no private mounts here: a fresh home all the same, made by root
-            self.private_tmp = str(err)
+        except OSError:  # no private mounts here: a fresh home all the same, made by root
             home = f"/tmp/j{self.prefix}{slot}"
             remove_tree(home)  # never one that something else made first
             os.mkdir(home, 0o700)

@@ -892,12 +892,9 @@ def serve(
         from instructor.sandbox import INSIDE_PRIVATE, Confinement
 
         confinement = Confinement(cgroup, extra_cgroups, scratch, family=_FAMILY[probes_only])
+        # the answers are read once, as root; the children, under their own uids, cannot reach the folder
         solutions = os.path.join(INSIDE_PRIVATE, "solutions")
-        if os.path.isdir(solutions):
-            # the answers are read once, as root; the children, under their own uids, cannot reach the folder
-            pass
-        else:
-            solutions = None
+        solutions = solutions if os.path.isdir(solutions) else None
     listener = None
     if kernel_socket:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -1170,7 +1167,7 @@ def serve(
     return 0
 
 
-def _start_probe_template(kind: str, cgroup, extra_cgroups, scratch) -> dict | None:
+def _start_probe_template(kind: str, cgroup, extra_cgroups, scratch) -> dict:
     """Fork a probe template before this process imports anything of the course: the child hides the oracles in
     a mount namespace of its own (`hide_oracles(kind)`) and serves probe jobs (`serve(probes_only=kind)`) over two
     pipes."""

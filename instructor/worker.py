@@ -58,11 +58,29 @@ NOTEBOOK_OUTPUT_CHARS = 2_000_000
 
 
 def _size(output) -> int:
-    if output.get("output_type") == "stream":
-        return len(output.get("text") or "")
+    """Everything of `output` that would be saved: its data, its metadata, an error's name (a learner's kernel
+    chooses all of it: 25 MB of metadata on one-character outputs made a 500 MB notebook, red-team round 15)."""
+    return len(json.dumps(output, default=str))
+
+
+_IMAGE_SIZE = ("width", "height")
+
+
+def _plain(output):
+    """`output` with only the metadata a page may use, as numbers (nbconvert writes an image's width unquoted into
+    its tag: `100% class=navbar-fixed-top` pinned a learner's picture over the page's header, round 15), and an
+    error's name within 200 characters."""
     if output.get("output_type") == "error":
-        return sum(len(line) for line in output.get("traceback") or []) + len(str(output.get("evalue", "")))
-    return sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in (output.get("data") or {}).values())
+        output["ename"] = str(output.get("ename", ""))[:200]
+    if "metadata" in output:
+        kept = {}
+        for key, value in (output.get("metadata") or {}).items():
+            if isinstance(value, dict) and key.startswith("image/"):
+                sizes = {k: int(v) for k, v in value.items() if k in _IMAGE_SIZE and type(v) in (int, float)}
+                if sizes:
+                    kept[key] = sizes
+        output["metadata"] = kept
+    return output
 
 
 def _cut_text(text: str, limit: int) -> str:
@@ -114,6 +132,7 @@ def bound_outputs() -> None:
         out = original(self, outs, msg, display_id, cell_index)
         if out is None:
             return out
+        _plain(out)
         used = getattr(self, "_tfs_used", None)
         if used is None:
             used = self._tfs_used = {"total": 0}
@@ -149,6 +168,50 @@ def bound_outputs() -> None:
 
     output._bounded = True
     NotebookClient.output = output
+
+
+def bound_notebook(nb) -> None:
+    """The executed notebook within CELL_OUTPUT_CHARS a cell and NOTEBOOK_OUTPUT_CHARS in all, measured on what will
+    be saved, however it got there: `bound_outputs` sees each output as it arrives, but an `update_display_data`
+    writes its data into every earlier output with its display id (400 one-character outputs and one 1 MB update
+    made a 400 MB notebook and feedback page, red-team round 15), and a widget's state goes into the notebook's
+    metadata (24 comms of 16 MB: it is not kept, `store_widget_state` off, and dropped here). Errors, a cell's value
+    and its first stderr are shortened, never dropped; other outputs past the bounds are, with a note that says so."""
+    from nbformat.v4 import new_output
+
+    metadata = nb.get("metadata", {})
+    metadata.pop("widgets", None)
+    total = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        used, kept, dropped, kinds = 0, [], 0, set()
+        for out in cell.get("outputs", []):
+            _plain(out)
+            size = _size(out)
+            left = min(CELL_OUTPUT_CHARS - used, NOTEBOOK_OUTPUT_CHARS - total)
+            kind = (out.get("output_type"), out.get("name"))
+            essential = kind[0] in ("error", "execute_result") or (kind == ("stream", "stderr") and kind not in kinds)
+            kinds.add(kind)
+            if size > left:
+                if not essential:
+                    dropped += size
+                    continue
+                _shrink(out, max(left, 2000))
+                size = _size(out)
+            kept.append(out)
+            used += size
+            total += size
+        if dropped:
+            kept.append(
+                new_output(
+                    "stream",
+                    name="stdout",
+                    text=f"\n[the grader cut this cell's output here: {dropped:,} more characters (limits: "
+                    f"{CELL_OUTPUT_CHARS:,} per cell, {NOTEBOOK_OUTPUT_CHARS:,} per notebook)]\n",
+                )
+            )
+        cell["outputs"] = kept
 
 
 class Worker:

@@ -13,6 +13,7 @@ import copy
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,21 @@ from instructor.sandbox import python_binds
 from instructor.worker import CELL_OUTPUT_CHARS, NOTEBOOK_OUTPUT_CHARS
 
 LOUD = 'import sys\nfor _ in range(100):\n    sys.stdout.write("x" * (1 << 20))\nprint("still here")\n'
+# red-team round 15: one 1 MB update written into 100 outputs of one display id, 5 MB of metadata on each of 20
+# outputs, a 30 MB error name, and an image whose width nbconvert writes unquoted into its tag (a banner pinned over
+# the page's header)
+AMPLIFIED = (
+    "from IPython.display import display, update_display\n"
+    "for _ in range(100):\n    display({'text/plain': 'x'}, raw=True, display_id='d')\n"
+    "update_display({'text/plain': 'y' * (1 << 20)}, raw=True, display_id='d')\n"
+    "for _ in range(20):\n    display({'text/plain': 'x'}, raw=True, metadata={'m': 'z' * (5 << 20)})\n"
+    "PNG = ('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==')\n"
+    "display({'image/png': PNG}, raw=True, metadata={'image/png': {'width': '100% class=navbar-fixed-top id=pinned'}})\n"
+    "class Loud(Exception):\n    pass\n"
+    "Loud.__name__ = Loud.__qualname__ = 'E' * (30 << 20)\n"
+    "print('still here')\n"
+    "raise Loud('x')\n"
+)
 
 
 def _clone(tmp: Path) -> tuple[Path, Path]:
@@ -53,10 +69,12 @@ def _submissions(root: Path) -> Path:
     subs = root / "submissions"
     loud = solve(copy.deepcopy(release), LN, "layernorm")
     insert_after(loud, "layernorm", LOUD)  # before the test: cells after a notebook's last test are not run
+    amplified = insert_after(solve(copy.deepcopy(release), LN, "layernorm"), "layernorm", AMPLIFIED)
     for student, nb in {
         "honest": solve(copy.deepcopy(release), LN, "layernorm"),
         "blank": copy.deepcopy(release),
         "loud": loud,
+        "amplified": amplified,
     }.items():
         (subs / student).mkdir(parents=True)
         (subs / student / f"{LN}.ipynb").write_text(json.dumps(nb))
@@ -123,6 +141,16 @@ def test_grades_from_a_linked_environment_and_bounds_huge_outputs(tmp_path):
     assert "the grader cut this" in feedback.read_text()
     for path in (out / "grades.csv", out / "summary.csv"):
         assert path.stat().st_size < 100_000
+    # ... and what reaches the notebook by other paths than an output as it arrives is bounded too
+    autograded = out / "course" / "autograded" / "amplified" / LN / f"{LN}.ipynb"
+    feedback = out / "feedback" / "amplified" / f"{LN}.html"
+    assert autograded.stat().st_size < NOTEBOOK_OUTPUT_CHARS + 200_000, autograded.stat().st_size
+    assert feedback.stat().st_size < 2 * NOTEBOOK_OUTPUT_CHARS + 500_000, feedback.stat().st_size
+    page = feedback.read_text()
+    assert not re.search(r"<img[^>]*navbar-fixed-top", page) and "the grader cut this" in page
+    assert float(rows["amplified", "test_layernorm"]["score"]) == float(
+        rows["amplified", "test_layernorm"]["max_score"]
+    )
     print(f"graded 3 notebooks from a linked environment in {took:.0f} s")
 
 
@@ -172,3 +200,32 @@ def test_grades_with_a_plain_interpreter_and_packages_on_pythonpath(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     rows = _csv(tmp_path / "out" / "grades.csv")
     assert rows and all(float(r["score"]) == float(r["max_score"]) for r in rows), rows
+
+
+def test_the_saved_notebook_is_bounded_however_its_outputs_got_there():
+    """`bound_notebook` measures what will be saved: one 1 MB `update_display_data` written into 400 outputs of its
+    display id, 5 MB of metadata on each of 20 one-character outputs, a 30 MB error name and a widget's state made
+    notebooks of 400 and 500 MB (red-team round 15); an image's width written unquoted into its tag pinned a
+    learner's picture over the page. Errors stay errors, shortened; image sizes stay, as numbers."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from instructor.worker import bound_notebook
+
+    shared = {"text/plain": "y" * (1 << 20)}  # an update's data, the same object in every output of its display id
+    amplified = new_code_cell("update_display(...)")
+    amplified.outputs = [new_output("display_data", data=shared) for _ in range(400)]
+    heavy = new_code_cell("display(..., metadata=...)")
+    heavy.outputs = [
+        new_output("display_data", data={"text/plain": "x"}, metadata={"m": "z" * (5 << 20)}) for _ in range(20)
+    ]
+    image = {"image/png": {"width": "100% class=navbar-fixed-top", "height": 40.0, "unconfined": True}}
+    heavy.outputs.append(new_output("display_data", data={"image/png": "iVBORw0KGgo="}, metadata=image))
+    heavy.outputs.append(new_output("error", ename="E" * (30 << 20), evalue="x", traceback=["E: x"]))
+    nb = new_notebook(cells=[amplified, heavy], metadata={"widgets": {"state": {"w": "s" * (16 << 20)}}})
+    bound_notebook(nb)
+    assert len(json.dumps(nb)) < NOTEBOOK_OUTPUT_CHARS and "widgets" not in nb.metadata
+    assert "the grader cut this cell's output" in amplified.outputs[-1]["text"]
+    kinds = [o["output_type"] for o in heavy.outputs]
+    assert kinds[-1] == "error" and len(heavy.outputs[-1]["ename"]) == 200, kinds
+    assert heavy.outputs[-2]["metadata"] == {"image/png": {"height": 40}}, heavy.outputs[-2]
+    assert all(o["metadata"] == {} for o in heavy.outputs[:-2]), [o["metadata"] for o in heavy.outputs[:3]]
