@@ -1825,9 +1825,9 @@ def no_new_tasks() -> None:
             resource.setrlimit(resource.RLIMIT_NPROC, (CHILD_THREADS, CHILD_THREADS))
 
             def refuse_processes(event, args):  # what the filter refuses anyway, said so that a learner knows why
-                if event in _PROCESS_EVENTS:
-                    raise RuntimeError(
-                        f"{event}: the judge runs your code in one process, which may start threads but no process"
+                if event in _PROCESS_EVENTS:  # an OSError, as the refused system call's: libraries catch that
+                    raise PermissionError(
+                        1, f"{event}: the judge runs your code in one process, which may start threads but no process"
                     )
 
             sys.addaudithook(refuse_processes)

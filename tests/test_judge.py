@@ -3081,6 +3081,8 @@ def test_no_process_can_start_in_a_child_and_a_thread_is_recorded():
         "        return pool.submit(lambda: torch.ones(3).cumsum(0)).result().sum()\n"
         "out, ran = _record(in_a_thread)\n"
         "print('recorded', out.item(), 'aten::cumsum' in ran)\n"
+        "import platform\n"
+        "print('a library that catches OSError goes on:', isinstance(platform.processor(), str))\n"
         "for start in (os.fork, lambda: subprocess.run(['true']), lambda: os.posix_spawn('/bin/true', ['true'], {})):\n"
         "    try:\n        pid = start()\n    except (RuntimeError, OSError) as err:\n        print('refused', err)\n"
         "    else:\n        print('started')\n        if pid == 0:\n            os._exit(0)\n"
@@ -3101,6 +3103,7 @@ def test_no_process_can_start_in_a_child_and_a_thread_is_recorded():
     )
     assert "recorded 6.0 True" in done.stdout and done.stdout.count("refused") == 3, done.stdout + done.stderr
     assert "may start threads but no process" in done.stdout, done.stdout
+    assert "a library that catches OSError goes on: True" in done.stdout, done.stdout
 
 
 def test_forbidden_rules_match_what_the_profiler_records():
