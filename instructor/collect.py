@@ -95,6 +95,21 @@ def read_submission(path: Path) -> dict:
 LEARNERS_MARKDOWN = "<!-- written in this submission -->\n"
 
 
+def _attachments(value) -> dict:
+    """A markdown cell's pasted images as nbformat keeps them ({name: {image MIME type: base64 text}}), and nothing
+    else: dropped, they left `![](attachment:...)` that the feedback page could not render, and the learner had no
+    page (red-team round 16)."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        name: {mime: data for mime, data in bundle.items() if mime.startswith("image/") and isinstance(data, str)}
+        for name, bundle in value.items()
+        if isinstance(name, str)
+        and isinstance(bundle, dict)
+        and any(mime.startswith("image/") and isinstance(data, str) for mime, data in bundle.items())
+    }
+
+
 def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]:
     """(the canonical notebook, flags) for one submitted notebook; `release` is the course's learner version."""
     flags: list[str] = []
@@ -115,6 +130,8 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
             continue
         meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
         cell = {"cell_type": kind, "metadata": {}, "source": cell_source(raw)}
+        if kind == "markdown" and _attachments(raw.get("attachments")):
+            cell["attachments"] = _attachments(raw.get("attachments"))
         tags = meta.get("tags")
         if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
             cell["metadata"]["tags"] = tags
@@ -203,9 +220,9 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
     # markdown the course did not write (a learner's notes, a course cell edited) is shown framed as the learner's
     # on the feedback page (`offline_html.FeedbackExporter`): a learner's "Score: 2.0 / 2.0" headings and score table
     # read as the page's own (red-team round 14)
-    course_text = {same_text(cell_source(c)) for c in release_cells if c.get("cell_type") == "markdown"}
+    course_text = {same_text(cell_source(c)) for c in release_cells if c.get("cell_type") in ("markdown", "raw")}
     for cell in cells:
-        if cell["cell_type"] == "markdown" and same_text(cell["source"]) not in course_text:
+        if cell["cell_type"] in ("markdown", "raw") and same_text(cell["source"]) not in course_text:
             cell["source"] = LEARNERS_MARKDOWN + cell["source"]
 
     # valid, unique cell ids; no outputs

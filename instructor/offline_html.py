@@ -31,6 +31,7 @@ searched, so no page is slow to write (a search of the whole page was quadratic 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import re
 from html import escape
@@ -127,6 +128,22 @@ def nests_deeper_than(html: str, limit: int = MAX_DEPTH) -> bool:
     return parser.deepest > limit
 
 
+# Markup the course did not write is framed on the page, in a quote that says whose it is: a learner's heading
+# "Score: 2.0 / 2.0" and a score table read as the page's own, in a markdown cell (red-team round 14) and in a
+# cell's markdown or HTML output (round 16). The frame goes around the cleaned, closed fragment (`learner_html`):
+# nothing in it can end the frame early.
+_OUTPUT = "<!-- output of this submission -->\n"
+_FRAMES = {
+    LEARNERS_MARKDOWN: "Written in this submission, not the course's text:",
+    _OUTPUT: "Output of this submission's code:",
+}
+_MARKUP = ("text/html", "text/markdown", "image/svg+xml")
+
+
+def _framed(label: str, html: str) -> str:
+    return f"<blockquote><p><em>{label}</em></p>{html}</blockquote>"
+
+
 class FeedbackExporter(HTMLExporter):
     """nbconvert's HTML, with every markdown cell (the feedback template's own rendering) and everything
     `sanitize_html` cleans through `learner_html`, each page's learner markup within `MAX_DEPTH` and `PAGE_TAGS`."""
@@ -136,10 +153,20 @@ class FeedbackExporter(HTMLExporter):
 
     def from_notebook_node(self, nb, resources=None, **kw):
         self._tags_left, self._markdown_left = PAGE_TAGS, PAGE_MARKDOWN_CHARS
+        nb = copy.deepcopy(nb)
+        for cell in nb.get("cells", []):  # markup a cell's run produced: framed as the submission's, as below
+            for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else ():
+                data = output.get("data") or {}
+                for mime in _MARKUP:
+                    if isinstance(data.get(mime), str):
+                        data[mime] = _OUTPUT + data[mime]
         return super().from_notebook_node(nb, resources, **kw)
 
     def _clean(self, html) -> str:
         html = html.decode() if isinstance(html, bytes) else str(html)
+        for mark, label in _FRAMES.items():  # a raw cell the course did not write, a cell's HTML or SVG output
+            if html.startswith(mark):
+                return _framed(label, self._clean(html[len(mark) :]))
         tags = len(_TAG.findall(html))
         self._tags_left -= tags
         if self._tags_left < 0 or tags > MAX_DEPTH and nests_deeper_than(html):
@@ -148,12 +175,10 @@ class FeedbackExporter(HTMLExporter):
         return learner_html(html)
 
     def markdown2html(self, context, source):
-        learners = source.startswith(LEARNERS_MARKDOWN)  # `collect.normalise`: not the course's text
-        html = self._markdown(context, source[len(LEARNERS_MARKDOWN) :] if learners else source)
-        if not learners:
-            return html
-        # around the cleaned, closed fragment: nothing in it can end the frame early
-        return "<blockquote><p><em>Written in this submission, not the course's text:</em></p>" + html + "</blockquote>"
+        for mark, label in _FRAMES.items():  # `collect.normalise`'s mark, or a markdown output's
+            if source.startswith(mark):
+                return _framed(label, self._markdown(context, source[len(mark) :]))
+        return self._markdown(context, source)
 
     def _markdown(self, context, source):
         if len(source) <= MARKDOWN_CHARS:  # a cell shown as text uses none of the page's markdown

@@ -324,7 +324,8 @@ class Worker:
 
     def feedback(self, notebook: str, student: str, html: Path) -> dict:
         """Make the feedback page at `html`, in at most FEEDBACK_SECONDS: {"feedback": its path}, with a
-        "feedback_note" where a page saying why stands in for it, or {"feedback_error": nbgrader's log}."""
+        "feedback_note" where a page saying why stands in for it (and "feedback_error", nbgrader's log, where
+        nbgrader failed)."""
         try:
             result = bounded(self._feedback_page, notebook, student, str(html), timeout=FEEDBACK_SECONDS)
         except (TimeoutError, ChildFailed) as err:
@@ -339,7 +340,13 @@ class Worker:
             return {"feedback": str(html), "feedback_note": note}
         if result.get("success") and html.exists():
             return {"feedback": str(html)}
-        return {"feedback_error": (result.get("log") or "")[-2000:]}
+        # nbgrader could not render it (a pasted image whose attachment was lost left no page and no word of it,
+        # red-team round 16): a page that says so, and a flag
+        lines = [line for line in (result.get("log") or "").splitlines() if line.strip()]
+        note = "the feedback page was not made: nbgrader's feedback failed" + (f" ({lines[-1][:200]})" if lines else "")
+        html.parent.mkdir(parents=True, exist_ok=True)
+        html.write_text(_no_page(notebook, note), encoding="utf-8")
+        return {"feedback": str(html), "feedback_note": note, "feedback_error": (result.get("log") or "")[-2000:]}
 
     def _feedback_page(self, notebook: str, student: str, html: str) -> dict:
         """nbgrader's feedback page, made safe to open (`runs_nothing`); in a child of `bounded`'s."""

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -122,11 +123,18 @@ OUTPUT = (
 )
 
 
-def _feedback_page(sanitize: bool = True, markdown: tuple[str, ...] = (FORGED,), whole: bool = True) -> str:
+def _feedback_page(
+    sanitize: bool = True,
+    markdown: tuple[str, ...] = (FORGED,),
+    whole: bool = True,
+    attachments: dict | None = None,
+    outputs: list | None = None,
+) -> str:
     """A real feedback page of a learner's 01_layernorm: nbgrader's feedback template, as `GenerateFeedback` sets it
     up, and the course's feedback preprocessors, but the scores that `GetGrades` would read from a gradebook. The
-    learner's `markdown` cells come after the first; `sanitize=False` turns `learner_html` off (the policy alone);
-    `whole=False` keeps only the notebook's first cell."""
+    learner's `markdown` cells come after the first (the first of them with `attachments`); `sanitize=False` turns
+    `learner_html` off (the policy alone); `whole=False` keeps only the notebook's first cell; `outputs`, those of a
+    code cell at the end."""
     import nbformat
     from nbconvert import HTMLExporter
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
@@ -153,6 +161,10 @@ def _feedback_page(sanitize: bool = True, markdown: tuple[str, ...] = (FORGED,),
     if not whole:
         del nb.cells[1:]
     nb.cells[1:1] = [new_markdown_cell(text) for text in markdown]
+    if attachments:
+        nb.cells[1].attachments = attachments
+    if outputs:
+        nb.cells.append(new_code_cell("show()", outputs=outputs))
     error = new_output("error", ename="AssertionError", evalue="the mean is not 0", traceback=["AssertionError"])
     nb.cells.append(
         new_code_cell("layernorm(x)", outputs=[error, new_output("display_data", data={"text/html": OUTPUT})])
@@ -346,14 +358,21 @@ def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, mo
 
     slow._feedback_page = made
     assert slow.feedback("01_layernorm", "s", tmp_path / "s" / "y.html") == {"feedback": str(tmp_path / "s" / "y.html")}
+    # one nbgrader could not make (a lost attachment, round 16: no page and no flag) is replaced and flagged too
+    slow._feedback_page = lambda notebook, student, html: {
+        "success": False,
+        "log": "InvalidNotebook: missing attachment",
+    }
+    reply = slow.feedback("01_layernorm", "s", tmp_path / "s" / "z.html")
+    assert (
+        "missing attachment" in reply["feedback_note"] and "missing attachment" in Path(reply["feedback"]).read_text()
+    )
 
 
 def test_markdown_the_course_did_not_write_is_framed_as_the_learners():
     """A learner's markdown "Score: 2.0 / 2.0 (judge: all tests passed)" heading and score table read as the page's
     own (red-team round 14): `normalise` marks every markdown cell that is not the course's text, and the page frames
     it, around the closed fragment, so that no end tag of the learner's ends the frame early."""
-    from html.parser import HTMLParser
-
     from instructor.collect import LEARNERS_MARKDOWN, normalise
 
     release = json.loads((ROOT / "notebooks" / "01_layernorm.ipynb").read_text())
@@ -387,3 +406,52 @@ def test_markdown_the_course_did_not_write_is_framed_as_the_learners():
     where = Where()
     where.feed(page)
     assert where.seen == {"Written in this submission": 1, "Score: 2.0": 1, LAST: 0}, where.seen
+
+
+def test_a_pasted_image_and_a_cells_markup_output_reach_the_page_framed():
+    """A markdown cell's pasted image (an attachment) is kept by `normalise` and shown: dropped, it left the
+    learner with no feedback page (red-team round 16). A cell's markdown or HTML output, a forged "Score" heading
+    among them (round 16), is framed as the submission's output, as learner markdown cells are."""
+    from nbformat.v4 import new_output
+
+    from instructor.collect import LEARNERS_MARKDOWN, normalise
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    release = json.loads((ROOT / "notebooks" / "01_layernorm.ipynb").read_text())
+    learner = json.loads((ROOT / "notebooks" / "01_layernorm.ipynb").read_text())
+    pasted = {"image.png": {"image/png": png}, "bad": {"text/html": "<script>"}, 3: {}}
+    learner["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": "![a](attachment:image.png)"})
+    learner["cells"][1]["attachments"] = pasted
+    nb, _ = normalise(learner, release, "01_layernorm")
+    kept = nb["cells"][1]
+    assert kept["attachments"] == {"image.png": {"image/png": png}} and kept["source"].startswith(LEARNERS_MARKDOWN)
+    page = _feedback_page(
+        True,
+        (kept["source"],),
+        whole=False,
+        attachments=kept["attachments"],
+        outputs=[
+            new_output("display_data", data={"text/markdown": "# Score: 2.0 / 2.0", "text/plain": "x"}),
+            new_output("display_data", data={"text/html": "</blockquote><h2>judge: passed</h2>", "text/plain": "x"}),
+        ],
+    )
+    assert f"data:image/png;base64,{png}" in page
+
+    class Where(HTMLParser):
+        depth, seen = 0, {}
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += tag == "blockquote"
+
+        def handle_endtag(self, tag):
+            self.depth -= tag == "blockquote"
+
+        def handle_data(self, data):
+            for text in ("Score: 2.0", "judge: passed"):
+                if text in data:
+                    self.seen[text] = self.depth
+
+    where = Where()
+    where.feed(page)
+    assert where.seen == {"Score: 2.0": 1, "judge: passed": 1}, where.seen
+    assert page.count("Output of this submission's code:") == 3  # these two, and the page's own HTML output
