@@ -15,6 +15,8 @@ import select
 import signal
 import time
 
+from instructor.course import encodable
+
 
 def bounded(fn, *args, timeout: float = 60.0):
     """`fn(*args)` in a forked child, its JSON result read back: `TimeoutError` past `timeout` seconds (the child
@@ -51,7 +53,7 @@ def bounded(fn, *args, timeout: float = 60.0):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    result = json.loads(b"".join(chunks) or b'{"error": "the child ended with no result"}')
+    result = encodable(json.loads(b"".join(chunks) or b'{"error": "the child ended with no result"}'))
     if "error" in result:
         raise ChildFailed(result["error"])
     return result["ok"]

@@ -95,19 +95,29 @@ def read_submission(path: Path) -> dict:
 LEARNERS_MARKDOWN = "<!-- written in this submission -->\n"
 
 
+_TAG_RE = re.compile(r"[\w.:-]{1,100}", re.ASCII)  # a cell tag, an attachment's name
+_MIME_RE = re.compile(r"image/[\w.+-]{1,50}", re.ASCII)
+_B64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+
+
 def _attachments(value) -> dict:
     """A markdown cell's pasted images as nbformat keeps them ({name: {image MIME type: base64 text}}), and nothing
     else: dropped, they left `![](attachment:...)` that the feedback page could not render, and the learner had no
     page (red-team round 16)."""
     if not isinstance(value, dict):
         return {}
-    return {
-        name: {mime: data for mime, data in bundle.items() if mime.startswith("image/") and isinstance(data, str)}
+
+    def image(mime, data) -> bool:  # base64 text of an image type, nothing that could leave a `src` attribute
+        return bool(
+            isinstance(mime, str) and _MIME_RE.fullmatch(mime) and isinstance(data, str) and _B64.fullmatch(data)
+        )
+
+    kept = {
+        name: {mime: data for mime, data in bundle.items() if image(mime, data)}
         for name, bundle in value.items()
-        if isinstance(name, str)
-        and isinstance(bundle, dict)
-        and any(mime.startswith("image/") and isinstance(data, str) for mime, data in bundle.items())
+        if isinstance(name, str) and _TAG_RE.fullmatch(name) and isinstance(bundle, dict)
     }
+    return {name: bundle for name, bundle in kept.items() if bundle}
 
 
 def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]:
@@ -134,7 +144,9 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
             cell["attachments"] = _attachments(raw.get("attachments"))
         tags = meta.get("tags")
         if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
-            cell["metadata"]["tags"] = tags
+            # one word each: the page writes a cell's tags into its class attribute, and a tag "x hidden" gave it
+            # bootstrap's `hidden` (test cells hidden, a banner pinned over the header: red-team round 17)
+            cell["metadata"]["tags"] = [t for t in tags if _TAG_RE.fullmatch(t)]
         if isinstance(meta.get("nbgrader"), dict):
             cell["metadata"]["nbgrader"] = meta["nbgrader"]
         elif "nbgrader" in meta:

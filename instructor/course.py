@@ -58,6 +58,24 @@ def nbgrader_meta(cell: dict) -> dict:
 GIVEN = "course_given"
 
 
+def encodable(value):
+    """`value` (JSON: str, list, dict...) with every string made writable as UTF-8: a lone surrogate, which JSON
+    carries as `\\udcff`, is written `\\udcff` in text. A learner's exception message holding one reached the
+    gradebook and the CSVs, whose strict encoders raised, and the batch ended without them (red-team round 17).
+    Everything the grader reads from a process that ran learner code goes through this."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, list):
+        return [encodable(item) for item in value]
+    if isinstance(value, dict):
+        return {encodable(key): encodable(item) for key, item in value.items()}
+    return value
+
+
 def same_text(source: str) -> str:
     """A cell's text as compared with the course's: line ends and trailing spaces do not count."""
     return "\n".join(line.rstrip() for line in source.strip().splitlines())

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from instructor import judge
+from instructor.course import encodable
 
 BUNDLE_CACHE = Path(tempfile.gettempdir()) / "tfs-bundles"
 # Environment a job inherits from the coordinator, so that every machine grades in the same mode.
@@ -395,7 +396,7 @@ class RayBatch:
                 self.fail(item, f"the grading job failed: {reply['failed']}")
             return
         unpack(reply.pop("tar"), job)
-        result = json.loads((job / "result.json").read_text())
+        result = encodable(json.loads((job / "result.json").read_text()))
         returned = {entry["notebook"]: entry for entry in result["items"]}
         course = g.course
         (course / "judge" / student).mkdir(parents=True, exist_ok=True)

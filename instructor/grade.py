@@ -66,6 +66,7 @@ from instructor.course import (
     SOLUTIONS_DIR,
     build_course,
     dumps_notebook,
+    encodable,
     notebook_names,
     read_json,
     read_source_notebook,
@@ -242,7 +243,7 @@ class Proc:
         while b"\n" in self.buffer:
             line, self.buffer = self.buffer.split(b"\n", 1)
             if line.strip():
-                lines.append(json.loads(line))
+                lines.append(encodable(json.loads(line)))
         return lines
 
     def kill(self) -> None:
@@ -1092,7 +1093,9 @@ class Grader:
             )
         self._judge(item)
         folder = self.course / "judge" / item.student
-        (folder / f"{item.notebook}.log").write_text(reply.get("log") or "", encoding="utf-8")
+        (folder / f"{item.notebook}.log").write_text(
+            reply.get("log") or "", encoding="utf-8", errors="backslashreplace"
+        )
         status = reply.get("status")
         if status == "killed":
             item.flags.append("the judge's probes were stopped at the notebook's time limit")
@@ -1268,12 +1271,12 @@ class Grader:
             "reason",
         ]
         flags_of = {(it.student, it.notebook): _joined_flags(it.flags) for it in self.items}
-        with open(self.out / "grades.csv", "w", newline="", encoding="utf-8") as f:
+        with open(self.out / "grades.csv", "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             for row in sorted(rows, key=lambda r: (r["student"], r["notebook"])):
                 writer.writerow(_data_row({**row, "flags": flags_of[(row["student"], row["notebook"])]}))
-        with open(self.out / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        with open(self.out / "summary.csv", "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
             writer = csv.DictWriter(f, fieldnames=["student", "notebook", "score", "max_score", "status", "flags"])
             writer.writeheader()
             for item in sorted(self.items, key=lambda it: (it.student, it.notebook)):

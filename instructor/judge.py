@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from instructor import collect
+from instructor.course import encodable
 from instructor.probe_runner import (
     MAX_PHASES,  # noqa: F401 - the grader reads it here
     OUT_DIR,
@@ -93,6 +94,7 @@ CONFIGS = {
     "encdec_wide": ("EncoderDecoderConfig", {**SMALL_ENCDEC, "d_model": 96, "d_head": 24, "d_vocab": 400}),
 }
 MAX_OUTPUT_BYTES = 16 << 20  # the outputs of every probe together are a few hundred kB at most
+MAX_OUTPUT_HEADER = 1 << 20  # their safetensors header, which names each tensor, a few kB
 LR_FIELDS = ("max_steps", "lr", "warmup_steps", "min_lr_ratio")
 
 
@@ -1804,7 +1806,7 @@ def _served_counts(out: Path) -> dict | None:
     written by the runner, which no phase can write for); None where the child had no feeder (unsandboxed)."""
     try:
         raw = read_regular_file(out / SERVED, 1 << 20)
-        loaded = json.loads(raw) if raw is not None else None
+        loaded = encodable(json.loads(raw)) if raw is not None else None
     except ValueError:
         return {"__feeder__": {}}  # present but unreadable: no record to trust
     if not isinstance(loaded, dict):
@@ -1880,7 +1882,7 @@ def _load_phase(out: Path, outputs_name: str, errors_name: str) -> tuple[dict, d
     try:
         raw = read_regular_file(out / errors_name, 1 << 20)
         if raw is not None:
-            loaded = json.loads(raw)
+            loaded = encodable(json.loads(raw))
             errors = {str(k): str(v)[:400] for k, v in loaded.items()} if isinstance(loaded, dict) else {}
     except ValueError:  # a garbled errors file: the outputs still count
         errors = {}
@@ -1890,6 +1892,13 @@ def _load_phase(out: Path, outputs_name: str, errors_name: str) -> tuple[dict, d
         return {}, errors, f"the outputs file {err}"
     if data is None:
         return {}, errors, None
+    header = int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
+    if header > MAX_OUTPUT_HEADER:  # 240,000 empty entries took 2.5 s of the grader's own time a file (round 17)
+        return (
+            {},
+            errors,
+            f"the outputs file names more than its probes' outputs ({header:,}-byte header), refused unread",
+        )
     try:
         return load(data), errors, None  # parses a JSON header and raw buffers: no code can run
     except Exception as err:  # noqa: BLE001 - pickle, garbage, a truncated file ...

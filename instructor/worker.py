@@ -22,6 +22,7 @@ from html import escape as html_escape
 from pathlib import Path
 
 from instructor.bounded import ChildFailed, bounded
+from instructor.course import encodable
 from instructor.offline_html import runs_nothing
 
 
@@ -253,7 +254,7 @@ class Worker:
         autograded = self._paths(student, notebook, "autograded") / f"{notebook}.ipynb"
         errors, stopped = {}, []
         if autograded.exists():
-            nb = json.loads(autograded.read_text(encoding="utf-8"))
+            nb = encodable(json.loads(autograded.read_text(encoding="utf-8")))
             for cell in nb["cells"]:
                 grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
                 for output in cell.get("outputs", []):

@@ -679,6 +679,19 @@ for folder in own + glob.glob("/tmp/tfs-grade-*/rt") + glob.glob("/tmp/tfs-grade
         made += 1
 print("INODES", made)
 """
+SURROGATE = (
+    LATE_CLASS
+    + """
+    def forward(self, residual):
+        import os
+
+        if not os.path.isdir("/proc/self"):  # where the judge's child runs
+            raise ValueError("count \\udcff\\ud800 mismatch")
+        mean = residual.mean(dim=-1, keepdim=True)
+        variance = (residual - mean).pow(2).mean(dim=-1, keepdim=True)
+        return (residual - mean) / (variance + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+"""
+)
 FORKER = """
 import os, time
 children, start, refused = [], time.monotonic(), False
@@ -719,6 +732,10 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
     emb = solve(copy.deepcopy(release[EMB]), EMB, "embed", "pos_embed", "sinusoidal")
     out["reach_out"] = {LN: nb, EMB: insert_after(emb, "test_embed", SHARED_MEMORY)}
     out["solved."] = {LN: solve(ln(), LN, "layernorm")}  # the same id as "solved": graded as "solved-2"
+    # an exception message the judge's child alone raises, with lone surrogates, from the student whose rows sort
+    # first: its text reached the gradebook and the CSVs, whose encoders raised, and the batch wrote no summary.csv
+    # and a grades.csv cut short (red-team round 17)
+    out["0_surrogate"] = {LN: set_source(ln(), "layernorm", SURROGATE)}
     for student, code in (("zz_planter", PLANTER), ("zz_seeker", SEEKER), ("zz_filler", FILLER), ("zz_forker", FORKER)):
         nb = solve(ln(), LN, "layernorm")
         out[student] = {LN: insert_after(nb, "layernorm", code)}
@@ -807,6 +824,7 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "solved-2": "all",
     "zz_planter": "all",
     "zz_seeker": "all",
+    "0_surrogate": {},
     # their own limits (memory, processes) may fail their own test, which now runs after them: others are checked
     "zz_filler": None,
     "zz_forker": None,
@@ -1583,6 +1601,16 @@ def test_unusual_honest_code_gets_full_marks(graded):
     assert [r["grade_id"] for r in rows] == ["test_layernorm"] and rows[0]["judge"] == "passed", rows
 
 
+def test_text_that_cannot_be_encoded_never_stops_the_csvs(graded):
+    """A learner's exception text with lone surrogates, from the student whose rows sort first: the batch writes
+    both CSVs whole, the text escaped (`course.encodable`, where the grader reads what learner code produced)."""
+    rows = check_expected(graded, "0_surrogate")
+    assert "\\udcff" in rows[0]["reason"], rows[0]
+    with open(graded["out"] / "summary.csv", newline="", encoding="utf-8") as f:
+        students = {row["student"] for row in csv.DictReader(f)}
+    assert {"0_surrogate", "solved", "zz_seeker"} <= students, students
+
+
 def test_colliding_folders_are_both_graded_and_flagged(graded):
     rows = check_expected(graded, "solved-2")
     assert "map to the same id" in rows[0]["flags"], rows[0]["flags"]
@@ -1618,6 +1646,22 @@ def test_probes_far_slower_than_the_notebook_are_flagged():
     assert flags[1:] == [[], []], flags
     said = f"the judge's probes took 251 s, where nbgrader's run of the whole notebook took 2 s (see course/judge/s/{LN}.log)"
     assert flags[0] == [said], flags
+
+
+def test_tags_are_single_words_and_text_is_always_encodable():
+    """A cell tag "x hidden" became bootstrap's `hidden` class on the page (its test cells hidden, a banner pinned
+    over the header: red-team round 17): tags are kept one word each. `encodable` makes any JSON value writable as
+    UTF-8, a lone surrogate written as its escape."""
+    from instructor.course import encodable
+
+    release = read_json(REPO_ROOT / "notebooks" / f"{LN}.ipynb")
+    learner = copy.deepcopy(release)
+    learner["cells"][2]["metadata"]["tags"] = ["raises-exception", "x hidden", "y navbar-fixed-top", "ok_1"]
+    nb, _ = normalise(learner, release, LN)
+    assert nb["cells"][2]["metadata"]["tags"] == ["raises-exception", "ok_1"]
+    value = encodable({"k\udcff": ["count \udcff\ud800 mismatch", 3, None, "plain é"]})
+    assert value == {"k\\udcff": ["count \\udcff\\ud800 mismatch", 3, None, "plain é"]}
+    json.dumps(value, ensure_ascii=False).encode("utf-8")  # writable
 
 
 def test_refuses_to_grade_without_the_sandbox(tmp_path):

@@ -3820,3 +3820,21 @@ def test_the_feeder_reads_a_message_of_a_bounded_size_only():
     finally:
         ours.close()
         theirs.close()
+
+
+def test_an_outputs_file_that_names_too_much_is_refused_unread(tmp_path):
+    """A phase's outputs file with 240,000 empty entries took 2.5 s of the grader's own time to parse (red-team
+    round 17): a header past MAX_OUTPUT_HEADER is refused before it is read; the course's outputs pass."""
+    import safetensors.torch
+
+    from instructor.judge import MAX_OUTPUT_HEADER, _load_phase
+
+    many = {f"probe_{i}": torch.zeros(0) for i in range(30_000)}  # a header past the bound, quicker to write
+    (tmp_path / "many.safetensors").write_bytes(safetensors.torch.save(many))
+    outputs, _, why = _load_phase(tmp_path, "many.safetensors", "errors.json")
+    assert outputs == {} and "header" in why and "refused unread" in why, why
+    honest = {f"probe_{i}/output_{j}": torch.zeros(3) for i in range(200) for j in range(10)}  # 2,000: more than any
+    (tmp_path / "honest.safetensors").write_bytes(safetensors.torch.save(honest))
+    outputs, _, why = _load_phase(tmp_path, "honest.safetensors", "errors.json")
+    assert why is None and len(outputs) == 2_000
+    assert len(safetensors.torch.save(many)) > MAX_OUTPUT_HEADER
