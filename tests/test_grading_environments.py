@@ -176,7 +176,7 @@ def test_a_template_that_cannot_start_stops_the_batch_and_says_why(tmp_path):
     assert "Operation not permitted" in run.stderr and "What to do" in run.stderr, run.stderr[-3000:]
     assert run.stderr.count("restarting it") == TEMPLATE_START_ATTEMPTS - 1, run.stderr[-3000:]
     summary = _csv(out / "summary.csv")
-    assert {r["student"] for r in summary} == {"honest", "blank", "loud"}
+    assert {r["student"] for r in summary} == {"honest", "blank", "loud", "amplified"}
     assert all(r["status"] == "not graded" for r in summary), summary
     rows = _csv(out / "grades.csv")
     assert rows and all(r["reason"].startswith("not graded:") and float(r["score"]) == 0 for r in rows), rows
