@@ -369,6 +369,26 @@ def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, mo
     )
 
 
+def _quote_depths(page: str, texts: tuple[str, ...]) -> dict[str, int]:
+    """How many `<blockquote>` each of `texts` lies in, where it appears on the page (the frames' depth)."""
+
+    class Where(HTMLParser):
+        depth, seen = 0, {}
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += tag == "blockquote"
+
+        def handle_endtag(self, tag):
+            self.depth -= tag == "blockquote"
+
+        def handle_data(self, data):
+            self.seen |= {text: self.depth for text in texts if text in data}
+
+    where = Where()
+    where.feed(page)
+    return where.seen
+
+
 def test_markdown_the_course_did_not_write_is_framed_as_the_learners():
     """A learner's markdown "Score: 2.0 / 2.0 (judge: all tests passed)" heading and score table read as the page's
     own (red-team round 14): `normalise` marks every markdown cell that is not the course's text, and the page frames
@@ -389,23 +409,8 @@ def test_markdown_the_course_did_not_write_is_framed_as_the_learners():
     )
     page = _feedback_page(True, (forged, LAST), whole=False)
 
-    class Where(HTMLParser):
-        depth, seen = 0, {}
-
-        def handle_starttag(self, tag, attrs):
-            self.depth += tag == "blockquote"
-
-        def handle_endtag(self, tag):
-            self.depth -= tag == "blockquote"
-
-        def handle_data(self, data):
-            for text in ("Score: 2.0", "Written in this submission", LAST):
-                if text in data:
-                    self.seen[text] = self.depth
-
-    where = Where()
-    where.feed(page)
-    assert where.seen == {"Written in this submission": 1, "Score: 2.0": 1, LAST: 0}, where.seen
+    seen = _quote_depths(page, ("Score: 2.0", "Written in this submission", LAST))
+    assert seen == {"Written in this submission": 1, "Score: 2.0": 1, LAST: 0}, seen
 
 
 def test_a_pasted_image_and_a_cells_markup_output_reach_the_page_framed():
@@ -437,21 +442,6 @@ def test_a_pasted_image_and_a_cells_markup_output_reach_the_page_framed():
     )
     assert f"data:image/png;base64,{png}" in page
 
-    class Where(HTMLParser):
-        depth, seen = 0, {}
-
-        def handle_starttag(self, tag, attrs):
-            self.depth += tag == "blockquote"
-
-        def handle_endtag(self, tag):
-            self.depth -= tag == "blockquote"
-
-        def handle_data(self, data):
-            for text in ("Score: 2.0", "judge: passed"):
-                if text in data:
-                    self.seen[text] = self.depth
-
-    where = Where()
-    where.feed(page)
-    assert where.seen == {"Score: 2.0": 1, "judge: passed": 1}, where.seen
+    seen = _quote_depths(page, ("Score: 2.0", "judge: passed"))
+    assert seen == {"Score: 2.0": 1, "judge: passed": 1}, seen
     assert page.count("Output of this submission's code:") == 3  # these two, and the page's own HTML output
