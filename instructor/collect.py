@@ -140,8 +140,9 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
             continue
         meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
         cell = {"cell_type": kind, "metadata": {}, "source": cell_source(raw)}
-        if kind == "markdown" and _attachments(raw.get("attachments")):
-            cell["attachments"] = _attachments(raw.get("attachments"))
+        attachments = _attachments(raw.get("attachments")) if kind == "markdown" else {}
+        if attachments:
+            cell["attachments"] = attachments
         tags = meta.get("tags")
         if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
             # one word each: the page writes a cell's tags into its class attribute, and a tag "x hidden" gave it

@@ -469,6 +469,9 @@ class RayBatch:
             unpack(reply["tar"], Path(tmp))
             for item in items:
                 page = Path(tmp) / student / f"{item.notebook}.html"
+                note = page.with_suffix(".note")
+                if note.is_file() and not note.is_symlink():  # the worker's stand-in page, as the local batch flags it
+                    item.flags.append(note.read_text(encoding="utf-8", errors="replace")[:400])
                 if not page.is_file():
                     if item.status == "graded":
                         item.flags.append("no feedback page: nbgrader could not make it")

@@ -190,12 +190,12 @@ def feedback_job(job: Path, bundle: Path, records: list[dict], out: Path) -> int
     for record in records:
         student, notebook = record["student"], record["notebook"]
         reply = worker.finalize(student, notebook, {}, record.get("comments", {}), record.get("flagged"), True)
-        if reply.get("feedback_note"):
-            print(f"{student}/{notebook}: {reply['feedback_note']}", file=sys.stderr)
         if reply.get("feedback"):
             dest = tmp / student / f"{notebook}.html"
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(reply["feedback"], dest)
+            if reply.get("feedback_note"):  # a page that says why it stands in: the coordinator flags the row
+                (tmp / student / f"{notebook}.note").write_text(reply["feedback_note"], encoding="utf-8")
         else:
             failed += 1
             print(f"no feedback for {student}/{notebook}: {reply.get('feedback_error', '')[-500:]}", file=sys.stderr)

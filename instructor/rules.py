@@ -39,7 +39,7 @@ _ATTENTION = (
 # marks while only the cross-entropy family was listed), and so is an adaptive softmax with one cluster.
 _CROSS_ENTROPY = (
     "*::*loss*",
-    "*::*cross_entropy*",
+    # its operator is refused as every operator outside `aten` is (`FOREIGN_OPERATORS`); its Python, here
     "py:torch/nn/modules/linear_cross_entropy.py",
     "py:torch/nn/functional.py:linear_cross_entropy",
     "*::kl_div*",
@@ -141,7 +141,6 @@ _PYTHON_NORMS = (
 # every one of them, registered at any time, but the learner's own (`torch.library.custom_op` in the notebook:
 # `probe_runner._is_operator`). A rule `!NAMESPACE,...`: any operator outside those namespaces.
 FOREIGN_OPERATORS = "!aten,profiler"
-BACKEND_OPS = (FOREIGN_OPERATORS,)
 # torch's encoder and decoder layers compute 09's answers in their forwards; the file's helpers do not, and
 # `nn.Transformer.generate_square_subsequent_mask`, the causal mask 09's own demonstration builds, failed honest
 # attention there while the whole file was ruled on (red-team round 11)
@@ -202,7 +201,13 @@ def forbidden_ops(notebook: str, target: str) -> tuple[str, ...]:
     oracles = ORACLES
     if (notebook, target) in TL_EXERCISES:
         oracles = (*(o for o in ORACLES if o not in ("py:transformer_lens/", _JUDGE_BUILDS_WITH)), *_TL_ANSWERS)
-    return (*oracles, f"py:<solutions/{notebook}.ipynb>", *BACKEND_OPS, *rules.get("*", ()), *rules.get(target, ()))
+    return (
+        *oracles,
+        f"py:<solutions/{notebook}.ipynb>",
+        FOREIGN_OPERATORS,
+        *rules.get("*", ()),
+        *rules.get(target, ()),
+    )
 
 
 def all_python_paths() -> frozenset[str]:
@@ -218,5 +223,5 @@ def template_rules(kind: str) -> tuple[str, ...]:
     backends' operators; in 08's (`transformer_lens`), not TransformerLens nor the harness's `interp`, which its
     exercises and the judge's child use."""
     if kind == "transformer_lens":
-        return (*(o for o in ORACLES if o not in ("py:transformer_lens/", _JUDGE_BUILDS_WITH)), *BACKEND_OPS)
-    return (*ORACLES, *BACKEND_OPS)
+        return (*(o for o in ORACLES if o not in ("py:transformer_lens/", _JUDGE_BUILDS_WITH)), FOREIGN_OPERATORS)
+    return (*ORACLES, FOREIGN_OPERATORS)

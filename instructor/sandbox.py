@@ -21,8 +21,7 @@ every Jupyter kernel and every probe child of the judge from there. What that gi
 - the course's answers: the template reads the `component` cells of every solution notebook (which later
   notebooks build on) from a root-only directory inside the sandbox before any fork, and each child forgets the
   later ones before it drops its privileges (a kernel keeps its own notebook's, which its checks build on); the
-  probe template's children read
-  only the earlier ones, after the fork (`instructor.template`);
+  probe template's children read only the earlier ones, after the fork (`instructor.template`);
 - a network namespace of its own per child, with no interface up, and (but for kernels) no view of the kernels'
   socket folder: children cannot talk to each other.
 

@@ -84,6 +84,19 @@ def _plain(output):
     return output
 
 
+def _essential(kind: tuple, seen: set) -> bool:
+    """An output never dropped, only shortened: an error, a cell's value, its first stderr (nbgrader's score
+    depends on them). `kind`: (output_type, name)."""
+    return kind[0] in ("error", "execute_result") or (kind == ("stream", "stderr") and kind not in seen)
+
+
+def _cut_note(dropped: int) -> str:
+    return (
+        f"\n[the grader cut this cell's output here: {dropped:,} more characters "
+        f"(limits: {CELL_OUTPUT_CHARS:,} per cell, {NOTEBOOK_OUTPUT_CHARS:,} per notebook)]\n"
+    )
+
+
 def _cut_text(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -141,9 +154,7 @@ def bound_outputs() -> None:
         size = _size(out)
         left = min(CELL_OUTPUT_CHARS - cell["chars"], NOTEBOOK_OUTPUT_CHARS - used["total"])
         kind = (out.get("output_type"), out.get("name"))
-        essential = kind[0] in ("error", "execute_result") or (
-            kind == ("stream", "stderr") and kind not in cell["kinds"]
-        )
+        essential = _essential(kind, cell["kinds"])
         if size <= left:
             cell["chars"] += size
             used["total"] += size
@@ -159,10 +170,7 @@ def bound_outputs() -> None:
                 cell["dropped"] = 0
                 outs.append(cell["note"])
             cell["dropped"] += size
-            cell["note"]["text"] = (
-                f"\n[the grader cut this cell's output here: {cell['dropped']:,} more characters "
-                f"(limits: {CELL_OUTPUT_CHARS:,} per cell, {NOTEBOOK_OUTPUT_CHARS:,} per notebook)]\n"
-            )
+            cell["note"]["text"] = _cut_note(cell["dropped"])
             out = None
         cell["kinds"].add(kind)
         return out
@@ -192,7 +200,7 @@ def bound_notebook(nb) -> None:
             size = _size(out)
             left = min(CELL_OUTPUT_CHARS - used, NOTEBOOK_OUTPUT_CHARS - total)
             kind = (out.get("output_type"), out.get("name"))
-            essential = kind[0] in ("error", "execute_result") or (kind == ("stream", "stderr") and kind not in kinds)
+            essential = _essential(kind, kinds)
             kinds.add(kind)
             if size > left:
                 if not essential:
@@ -204,14 +212,7 @@ def bound_notebook(nb) -> None:
             used += size
             total += size
         if dropped:
-            kept.append(
-                new_output(
-                    "stream",
-                    name="stdout",
-                    text=f"\n[the grader cut this cell's output here: {dropped:,} more characters (limits: "
-                    f"{CELL_OUTPUT_CHARS:,} per cell, {NOTEBOOK_OUTPUT_CHARS:,} per notebook)]\n",
-                )
-            )
+            kept.append(new_output("stream", name="stdout", text=_cut_note(dropped)))
         cell["outputs"] = kept
 
 
@@ -325,29 +326,24 @@ class Worker:
 
     def feedback(self, notebook: str, student: str, html: Path) -> dict:
         """Make the feedback page at `html`, in at most FEEDBACK_SECONDS: {"feedback": its path}, with a
-        "feedback_note" where a page saying why stands in for it (and "feedback_error", nbgrader's log, where
-        nbgrader failed)."""
+        "feedback_note" where a page saying why stands in for it: one that took too long, or that nbgrader could
+        not make (a pasted image whose attachment was lost left no page and no word of it, red-team round 16)."""
+        log = ""
         try:
             result = bounded(self._feedback_page, notebook, student, str(html), timeout=FEEDBACK_SECONDS)
-        except (TimeoutError, ChildFailed) as err:
-            note = f"the feedback page was not made: {err}"
-            if isinstance(err, TimeoutError):
-                note = (
-                    "the feedback page was not made: rendering its markdown and outputs took more than "
-                    f"{FEEDBACK_SECONDS:.0f} s"
-                )
-            html.parent.mkdir(parents=True, exist_ok=True)
-            html.write_text(_no_page(notebook, note), encoding="utf-8")
-            return {"feedback": str(html), "feedback_note": note}
-        if result.get("success") and html.exists():
-            return {"feedback": str(html)}
-        # nbgrader could not render it (a pasted image whose attachment was lost left no page and no word of it,
-        # red-team round 16): a page that says so, and a flag
-        lines = [line for line in (result.get("log") or "").splitlines() if line.strip()]
-        note = "the feedback page was not made: nbgrader's feedback failed" + (f" ({lines[-1][:200]})" if lines else "")
+            if result.get("success") and html.exists():
+                return {"feedback": str(html)}
+            log = result.get("log") or ""
+            lines = [line for line in log.splitlines() if line.strip()]
+            why = "nbgrader's feedback failed" + (f" ({lines[-1][:200]})" if lines else "")
+        except TimeoutError:
+            why = f"rendering its markdown and outputs took more than {FEEDBACK_SECONDS:.0f} s"
+        except ChildFailed as err:
+            why = str(err)
+        note = f"the feedback page was not made: {why}"
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(_no_page(notebook, note), encoding="utf-8")
-        return {"feedback": str(html), "feedback_note": note, "feedback_error": (result.get("log") or "")[-2000:]}
+        return {"feedback": str(html), "feedback_note": note, **({"feedback_error": log[-2000:]} if log else {})}
 
     def _feedback_page(self, notebook: str, student: str, html: str) -> dict:
         """nbgrader's feedback page, made safe to open (`runs_nothing`); in a child of `bounded`'s."""

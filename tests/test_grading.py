@@ -1664,6 +1664,30 @@ def test_tags_are_single_words_and_text_is_always_encodable():
     json.dumps(value, ensure_ascii=False).encode("utf-8")  # writable
 
 
+def test_a_stand_in_feedback_page_is_flagged_by_the_ray_coordinator_too(tmp_path):
+    """A worker writes a page that says why where nbgrader could not make one (round 16); on Ray the job returns it
+    with its note, and the coordinator flags the row as the local batch does."""
+    import io
+    import tarfile
+    from types import SimpleNamespace
+
+    from instructor.engine import RayBatch
+
+    pages = tmp_path / "pages"
+    (pages / "s").mkdir(parents=True)
+    (pages / "s" / f"{LN}.html").write_text("<p>stand-in</p>")
+    (pages / "s" / f"{LN}.note").write_text("the feedback page was not made: nbgrader's feedback failed")
+    (pages / "s" / f"{EMB}.html").write_text("<p>page</p>")
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as tar:
+        tar.add(pages / "s", arcname="s")
+    coordinator = SimpleNamespace(g=SimpleNamespace(out=tmp_path / "out", course=tmp_path / "course"))
+    items = [SimpleNamespace(notebook=name, status="graded", flags=[]) for name in (LN, EMB)]
+    RayBatch.take_feedback(coordinator, "s", {"tar": packed.getvalue()}, items)
+    assert items[0].flags == ["the feedback page was not made: nbgrader's feedback failed"] and items[1].flags == []
+    assert (tmp_path / "out" / "feedback" / "s" / f"{LN}.html").read_text() == "<p>stand-in</p>"
+
+
 def test_refuses_to_grade_without_the_sandbox(tmp_path):
     (tmp_path / "subs").mkdir()
     env = dict(os.environ, PATH="/nonexistent")
