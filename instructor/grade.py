@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
@@ -345,7 +346,17 @@ def _student_id(folder: str) -> str:
     """The folder's name in letters, digits and `_.@-`, never starting with `-`, `@` or `.`: the CSVs quote a cell
     a spreadsheet would read as a formula (`-1-1`), which would make the id there differ from the gradebook's, and a
     command line (nbgrader's own) reads an id starting `-` as an option."""
-    return re.sub(r"[^A-Za-z0-9_.@-]", "_", folder).lstrip(".-@").rstrip(".") or "student"
+    ident = re.sub(r"[^A-Za-z0-9_.@-]", "_", folder).lstrip(".-@").rstrip(".") or "student"
+    if len(ident) > MAX_ID:
+        # a file name holds 255 bytes: the id with a clash's suffix, and the names nbgrader and the grader make from
+        # it, must fit (two 255-character folders that map to one id stopped the batch with no CSVs, red-team round
+        # 18); the folder's digest keeps two long names apart
+        digest = hashlib.sha256(folder.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+        ident = f"{ident[: MAX_ID - 11].rstrip('.')}-{digest}"
+    return ident
+
+
+MAX_ID = 64  # characters of a student id
 
 
 class Grader:
@@ -458,54 +469,62 @@ class Grader:
                 n += 1
                 student = f"{base}-{n}"
             seen_ids[student.lower()] = folder.name
-            try:
-                found, notes = find_notebooks(folder, self.names)
-            except Exception as err:  # noqa: BLE001 - one unreadable folder never stops the batch
-                found, notes = {}, [f"the folder could not be read: {type(err).__name__}: {err}"[:300]]
-            if clash is not None:
-                notes = [
-                    *notes,
-                    f"student folder {folder.name!r} and {clash!r} map to the same id: graded as {student!r}",
-                ]
-            if not found:
-                self.skipped.append(
-                    {
-                        "student": student,
-                        "notebook": "",
-                        "status": "no notebooks",
-                        "reason": "; ".join(notes[:5]) or "the folder holds no course notebook",
-                    }
-                )
-            for name in wanted:
-                if name not in found:
-                    continue
-                flags = list(notes) if name == min(found) else [n for n in notes if "map to the same id" in n]
-                if student != (self.job_student or folder.name) and not any("map to the same id" in f for f in flags):
-                    flags.append(f"student folder {folder.name!r} graded as {student!r}")
-                release = read_json(self.course / "release" / name / f"{name}.ipynb")
-                try:
-                    learner = read_submission(found[name])
-                    text, norm_flags = bounded(_normalised, learner, release, name, timeout=PREPARE_TIMEOUT)
-                except Unreadable as err:
-                    self.skipped.append({"student": student, "notebook": name, "reason": str(err)})
-                    continue
-                except Exception as err:  # noqa: BLE001 - one broken file never stops the batch
-                    self.skipped.append(
-                        {
-                            "student": student,
-                            "notebook": name,
-                            "reason": f"could not be normalised: {_why(err)}"[:300],
-                        }
-                    )
-                    continue
-                path = self.course / "submitted" / student / name / f"{name}.ipynb"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text, encoding="utf-8")
-                self.items.append(Item(student, name, path, flags + norm_flags))
+            try:  # whatever goes wrong with one student's folder, the batch goes on (`_collect_student`)
+                self._collect_student(folder, student, clash, wanted)
+            except Exception as err:  # noqa: BLE001
+                why = f"the folder could not be collected: {type(err).__name__}: {err}"
+                self.skipped.append({"student": student, "notebook": "", "status": "not read", "reason": why[:300]})
         self.say(
             f"{len(self.items)} notebooks from {len(students)} students to grade"
             + (f", {len(self.skipped)} unreadable" if self.skipped else "")
         )
+
+    def _collect_student(self, folder: Path, student: str, clash: str | None, wanted: list[str]) -> None:
+        """One student's notebooks read, normalised and stored for grading under `student`."""
+        try:
+            found, notes = find_notebooks(folder, self.names)
+        except Exception as err:  # noqa: BLE001 - one unreadable folder never stops the batch
+            found, notes = {}, [f"the folder could not be read: {type(err).__name__}: {err}"[:300]]
+        if clash is not None:
+            notes = [
+                *notes,
+                f"student folder {folder.name!r} and {clash!r} map to the same id: graded as {student!r}",
+            ]
+        if not found:
+            self.skipped.append(
+                {
+                    "student": student,
+                    "notebook": "",
+                    "status": "no notebooks",
+                    "reason": "; ".join(notes[:5]) or "the folder holds no course notebook",
+                }
+            )
+        for name in wanted:
+            if name not in found:
+                continue
+            flags = list(notes) if name == min(found) else [n for n in notes if "map to the same id" in n]
+            if student != (self.job_student or folder.name) and not any("map to the same id" in f for f in flags):
+                flags.append(f"student folder {folder.name!r} graded as {student!r}")
+            release = read_json(self.course / "release" / name / f"{name}.ipynb")
+            try:
+                learner = read_submission(found[name])
+                text, norm_flags = bounded(_normalised, learner, release, name, timeout=PREPARE_TIMEOUT)
+            except Unreadable as err:
+                self.skipped.append({"student": student, "notebook": name, "reason": str(err)})
+                continue
+            except Exception as err:  # noqa: BLE001 - one broken file never stops the batch
+                self.skipped.append(
+                    {
+                        "student": student,
+                        "notebook": name,
+                        "reason": f"could not be normalised: {_why(err)}"[:300],
+                    }
+                )
+                continue
+            path = self.course / "submitted" / student / name / f"{name}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            self.items.append(Item(student, name, path, flags + norm_flags))
 
     def write_plans(self) -> None:
         for item in self.items:

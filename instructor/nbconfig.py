@@ -66,15 +66,38 @@ def cells_to_run(cells: list) -> set[int]:
     if sum(len(tree.body) for tree in trees.values()) > MAX_STATEMENTS:
         return everything
     try:
-        return _live(cells, trees)
-    except (RecursionError, MemoryError, ValueError):  # an expression too deep to walk: no cell is left out
+        return _live(cells, trees, _Budget(MAX_STEPS))
+    except (RecursionError, MemoryError, ValueError, _Spent):  # too deep or too big to analyse: no cell is left out
         return everything
 
 
-MAX_STATEMENTS = 5000  # a notebook's top-level statements past which every cell runs (the analysis is linear in them)
+MAX_STATEMENTS = 5000  # a notebook's top-level statements past which every cell runs
+# Steps of the analysis (links between names recorded, and followed) past which every cell runs. Its cost is not
+# linear in the statements: one `(a0, ..., aN) = (b0, ..., bN)` links every name to every other, and each course
+# cell that may change a name follows the links; such a cell held an nbgrader worker 171 s, outside the sandbox,
+# before any cell ran (red-team round 18). The course's own notebooks take under 1% of this (`tests/`).
+MAX_STEPS = 2_000_000
 
 
-def _live(cells: list, trees: dict) -> set[int]:
+class _Spent(Exception):
+    pass
+
+
+class _Budget:
+    """The steps the analysis may still take: it gives up (`_Spent`) rather than run long in the grader's worker."""
+
+    def __init__(self, steps: int):
+        self.left = steps
+        self.used = 0
+
+    def take(self, steps: int) -> None:
+        self.left -= steps
+        self.used += steps
+        if self.left < 0:
+            raise _Spent
+
+
+def _live(cells: list, trees: dict, budget: _Budget) -> set[int]:
     modules = frozenset(
         (alias.asname or alias.name).split(".")[0]
         for tree in trees.values()
@@ -88,7 +111,7 @@ def _live(cells: list, trees: dict) -> set[int]:
         dynamic = _dynamic(tree)
         if dynamic == "inside":  # a function that reads or binds names dynamically may run after any cell
             return set(trees)
-        _derivations(tree, modules, made_from)
+        _derivations(tree, modules, made_from, budget)
         ours = cells[i].metadata.get(GIVEN) is True and not utils.is_grade(cells[i])
         info[i] = (ours, _binds(tree) | _changes(tree, modules), *_reads(tree), dynamic is not None)
     runs: set[int] = set()
@@ -97,7 +120,7 @@ def _live(cells: list, trees: dict) -> set[int]:
         now, everything = set(), False
         for i in sorted(info, reverse=True):
             ours, changes, top, inner, dynamic = info[i]
-            if not ours or everything or SETTINGS in changes or _with_sources(changes, made_from) & needed:
+            if not ours or everything or SETTINGS in changes or _with_sources(changes, made_from, budget) & needed:
                 now.add(i)
                 needed |= top | inner
                 everything = everything or dynamic  # it may read anything: every cell before it runs
@@ -106,10 +129,12 @@ def _live(cells: list, trees: dict) -> set[int]:
         runs = now
 
 
-def _with_sources(names: set[str], made_from: dict[str, set[str]]) -> set[str]:
+def _with_sources(names: set[str], made_from: dict[str, set[str]], budget: _Budget) -> set[str]:
     out, todo = set(names), list(names)
     while todo:
-        for source in made_from.get(todo.pop(), ()):
+        sources = made_from.get(todo.pop(), ())
+        budget.take(1 + len(sources))
+        for source in sources:
             if source not in out:
                 out.add(source)
                 todo.append(source)
@@ -149,7 +174,7 @@ def _binds(tree: ast.Module) -> set[str]:
     return out
 
 
-def _derivations(tree: ast.Module, modules: frozenset[str], made_from: dict[str, set[str]]) -> None:
+def _derivations(tree: ast.Module, modules: frozenset[str], made_from: dict[str, set[str]], budget: _Budget) -> None:
     """What each name a cell binds was made from (`w = model.weight`: `w` from `model`; `for r in rows`: `r` from
     `rows`; `d[k] = v`: `d` from `v`), added to `made_from`."""
     from instructor.plan import _root_name
@@ -169,6 +194,7 @@ def _derivations(tree: ast.Module, modules: frozenset[str], made_from: dict[str,
             for n in ast.walk(target):
                 name = n.id if isinstance(n, ast.Name) else _root_name(n) if isinstance(n, ast.Subscript) else None
                 if name:
+                    budget.take(1 + len(sources))
                     made_from.setdefault(name, set()).update(sources - {name})
 
 

@@ -214,10 +214,54 @@ def _calls_a_definer(stmt: ast.stmt, definers: set[str]) -> bool:
     )
 
 
-def _is_definition(stmt: ast.stmt, own: frozenset[str] = frozenset()) -> bool:
+def _base(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _stores_own(target: ast.AST, own: frozenset[str], data: frozenset[str]) -> bool:
+    """An assignment's target that binds a plain name or stores into what the notebook owns: an attribute of a class
+    or function it defines (`LayerNorm.forward`), an entry or attribute of a value it bound (`C["base"]`), also in a
+    tuple (`A.forward, A.extra_repr = ...`) or beside others (`BASE = C["base"] = 1e4`); each of those was dropped as
+    an action while only bare names counted, and honest exercises lost their points (red-team round 18)."""
+    if isinstance(target, ast.Name):
+        return True
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return all(_stores_own(t, own, data) for t in target.elts)
+    if isinstance(target, ast.Starred):  # `A, *REST = ...`
+        return _stores_own(target.value, own, data)
+    if isinstance(target, ast.Attribute) and _root_name(target) in own:
+        return True
+    return isinstance(target, (ast.Attribute, ast.Subscript)) and _base(target) in data
+
+
+def _walrus_bindings(stmt: ast.stmt) -> list[ast.stmt]:
+    """`NAME = value` for each walrus that a dropped statement's own line runs (`print(f"{(C := 2.0):.3f}")`,
+    `assert (K := f())`, the test of an `if` that defines nothing): the action goes, the name it binds stays, as the
+    assignment `NAME = value` would (a definition reading `C` raised NameError, red-team round 18). Not a walrus
+    inside another, a comprehension, a lambda or a nested statement (a body), which bind elsewhere or later."""
+    found: list[ast.NamedExpr] = []
+    scopes = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.NamedExpr):
+            found.append(node)
+        elif not isinstance(node, scopes) and not (isinstance(node, ast.stmt) and node is not stmt):
+            for child in ast.iter_child_nodes(node):
+                visit(child)
+
+    visit(stmt)
+    return [
+        ast.fix_missing_locations(ast.copy_location(ast.Assign([ast.Name(w.target.id, ast.Store())], w.value), w))
+        for w in found
+    ]
+
+
+def _is_definition(stmt: ast.stmt, own: frozenset[str] = frozenset(), data: frozenset[str] = frozenset()) -> bool:
     keep = isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Pass))
-    keep |= isinstance(stmt, ast.Assign) and all(_is_name_target(t) for t in stmt.targets)
-    keep |= isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+    keep |= isinstance(stmt, ast.Assign) and all(_stores_own(t, own, data) for t in stmt.targets)
+    keep |= isinstance(stmt, ast.AnnAssign) and _stores_own(stmt.target, own, data)
     keep |= _sets_own(stmt, own) or _binds_through_namespace(stmt)
     # a constant or a bare name as a statement does nothing (`try: _CACHE` / `except NameError: _CACHE = {}`)
     return keep or isinstance(stmt, ast.Expr) and isinstance(stmt.value, (ast.Constant, ast.Name))
@@ -231,18 +275,13 @@ def _fills_own_data(stmt: ast.stmt, data: set[str]) -> bool:
     own before: building a table of constants, which a definition may use (they were dropped as actions, and an
     honest gelu_new reading `C["sqrt_2_over_pi"]` lost 04's points)."""
 
-    def base(node) -> str | None:
-        while isinstance(node, (ast.Subscript, ast.Attribute)):
-            node = node.value
-        return node.id if isinstance(node, ast.Name) else None
-
     if isinstance(stmt, ast.Assign):
-        return all(isinstance(t, (ast.Subscript, ast.Attribute)) and base(t) in data for t in stmt.targets)
+        return all(isinstance(t, (ast.Subscript, ast.Attribute)) and _base(t) in data for t in stmt.targets)
     if isinstance(stmt, ast.AugAssign):
-        return base(stmt.target) in data
+        return _base(stmt.target) in data
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         func = stmt.value.func
-        return isinstance(func, ast.Attribute) and func.attr in _FILLS and base(func.value) in data
+        return isinstance(func, ast.Attribute) and func.attr in _FILLS and _base(func.value) in data
     return False
 
 
@@ -488,7 +527,7 @@ def _definitions_in(
         if _writes_a_file(stmt) or _calls_a_definer(stmt, definers):
             kept.append(stmt)
             continue
-        if _is_definition(stmt, own) or _fills_own_data(stmt, data):
+        if _is_definition(stmt, own, frozenset(data)) or _fills_own_data(stmt, data):
             kept.append(stmt)
             if _only_defines_globals(stmt):
                 definers.add(stmt.name)
@@ -508,6 +547,7 @@ def _definitions_in(
                 kept.extend(_bounded(stmt))
                 continue
             dropped.append(stmt)  # a loop over anything else (a loader) or that acts is an action: training, say
+            kept.extend(_walrus_bindings(stmt))
             continue
         if isinstance(stmt, (ast.If, ast.Try, ast.TryStar, ast.With, ast.For, ast.Match)):
             inner: list[ast.stmt] = []
@@ -545,6 +585,7 @@ def _definitions_in(
                 dropped.extend(inner)
                 continue
         dropped.append(stmt)
+        kept.extend(_walrus_bindings(stmt))
     return kept
 
 

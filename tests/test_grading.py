@@ -23,7 +23,7 @@ import pytest
 
 from instructor.collect import normalise
 from instructor.course import REPO_ROOT, cell_source, nbgrader_meta, notebook_names, read_json
-from instructor.grade import ChildFailed, bounded, prepare_course
+from instructor.grade import ChildFailed, _student_id, bounded, prepare_course
 from instructor.plan import build_plan, definitions_only
 
 LN, EMB = "01_layernorm", "02_embeddings"
@@ -510,7 +510,19 @@ for _k in range(1, 4):  # a table computed by a loop over a range (dropped as an
     + """
     def forward(self, residual):
         centered = centred(residual)
-        return centered / (variance(centered) + self.cfg.layer_norm_eps).pow(_ROOT_POWERS[1]) * self.w + self.b
+        eps = self.cfg.layer_norm_eps * EPS_SCALE
+        return centered / (variance(centered) + eps).pow(self.power) * self.w + self.shift()
+
+
+def _shift(self):
+    return self.b
+
+
+# red-team round 18: each of these was dropped as an action, and the exercise scored 0
+print(f"root power {(_HALF := _ROOT_POWERS[1]):.2f}")  # a walrus inside an action
+LayerNorm.shift, LayerNorm.label = _shift, "layer norm"  # methods set as a tuple
+LayerNorm.power: float = _HALF  # an annotated class attribute
+EPS_SCALE = LN_TABLE["eps_scale"] = 1  # a name and a table entry at once
 """
 )
 LATE_METHOD = """
@@ -732,6 +744,10 @@ def sandbox_scenarios(release: dict[str, dict], out_dir) -> dict[str, dict[str, 
     emb = solve(copy.deepcopy(release[EMB]), EMB, "embed", "pos_embed", "sinusoidal")
     out["reach_out"] = {LN: nb, EMB: insert_after(emb, "test_embed", SHARED_MEMORY)}
     out["solved."] = {LN: solve(ln(), LN, "layernorm")}  # the same id as "solved": graded as "solved-2"
+    # two folder names of 255 bytes that differ only in their last character: ids with a clash's suffix that were
+    # too long for a file name stopped the batch with no CSVs (red-team round 18)
+    out[LONG_NAMES[0]] = {LN: solve(ln(), LN, "layernorm")}
+    out[LONG_NAMES[1]] = {LN: ln()}
     # an exception message the judge's child alone raises, with lone surrogates, from the student whose rows sort
     # first: its text reached the gradebook and the CSVs, whose encoders raised, and the batch wrote no summary.csv
     # and a grades.csv cut short (red-team round 17)
@@ -805,6 +821,7 @@ SANDBOX_CHEATS = {  # student -> what the judge's verdict says
     "launder_source": "StopIteration",  # its definition found no function in the file, which is empty there
     "native_routes": "differs from the course's LayerNorm",  # neither route open where the judge's probes run
 }
+LONG_NAMES = ("M" * 254 + "!", "M" * 254 + "?")
 EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     "blank": {},
     "solved": "all",
@@ -822,6 +839,8 @@ EXPECTED = {  # student -> {grade_id: points}; grade_ids not listed score 0
     **{student: {} for student in SANDBOX_CHEATS},
     "reach_out": {"test_layernorm": "max", "test_embed": "max"},
     "solved-2": "all",
+    _student_id(LONG_NAMES[0]): "all",
+    _student_id(LONG_NAMES[1]): {},
     "zz_planter": "all",
     "zz_seeker": "all",
     "0_surrogate": {},
@@ -1051,6 +1070,35 @@ def _skipped(*cells: tuple[str, str]) -> list[int]:
         nodes.append(nbformat.v4.new_code_cell(source, metadata=meta))
     runs = cells_to_run(nodes)
     return [i for i in range(len(nodes)) if i not in runs]
+
+
+def test_the_analysis_of_which_cells_run_is_bounded():
+    """Links between names grow with the square of one statement's targets: `(a0, ..., aN) = (b0, ..., bN)` in a
+    cell that never runs, then many copies of a course cell, held an nbgrader worker 171 s before any cell ran
+    (red-team round 18). The analysis stops at its budget and every cell runs; the course's own notebooks take
+    under 1% of the budget."""
+    import nbformat
+
+    from instructor import nbconfig
+    from instructor.course import SOLUTIONS_DIR
+
+    n = 1200
+    a, b = ", ".join(f"a{i}" for i in range(n)), ", ".join(f"b{i}" for i in range(n))
+    start = time.perf_counter()
+    skipped = _skipped(
+        ("given", "import torch\nmodel = torch.nn.Linear(2, 2)"),
+        ("learner", f"if False:\n    ({a}) = ({b})\n    ({b}) = ({a})\n    model = a0"),
+        *[("given", "import torch")] * 300,
+        ("given", "x = torch.randn(3)\nprint(x.sum())"),
+        ("test", "check(model)"),
+    )
+    assert skipped == [] and time.perf_counter() - start < 30
+    for path in sorted(SOLUTIONS_DIR.glob("*.ipynb")):
+        solution_nb = read_json(path)
+        nb = nbformat.from_dict(normalise(solution_nb, solution_nb, path.stem)[0])
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        trees = {i: ast.parse(c.source) for i, c in enumerate(code) if not c.source.lstrip().startswith("%")}
+        nbconfig._live(code, trees, nbconfig._Budget(nbconfig.MAX_STEPS // 100))  # raises if it takes more
 
 
 def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs():
@@ -1298,6 +1346,37 @@ def test_definitions_only_keeps_definitions_made_under_an_if_a_try_or_a_with():
     namespace = {"MODE": "tanh"}
     exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
     assert namespace["gelu"](0) == "tanh" and len(dropped) == 2, dropped  # the print and the raise
+
+
+def test_definitions_only_keeps_what_an_assignment_binds_however_it_is_written():
+    """Red-team round 18's honest variants, each dropped as an action (its exercise then scored 0): a walrus inside
+    a print, an assert or an `if` that defines nothing; a name and a table entry bound at once; methods set on the
+    notebook's class as a tuple; an annotated class attribute. The action around a walrus is still dropped, and a
+    store into something the notebook does not own is still an action."""
+    import math
+
+    code = (
+        "C = {}\n"
+        "print(f'{(GELU_C := math.sqrt(2 / math.pi)):.6f}')\n"
+        "assert (K := 3) == 3\n"
+        "if (J := K + 1):\n    pass\n"
+        "BASE = C['base'] = 10000.0\n"
+        "def _f(self):\n    return 'f'\n"
+        "LayerNorm.forward, LayerNorm.extra_repr = _f, _f\n"
+        "LayerNorm.eps: float = 1e-5\n"
+        "other.x = train()\n"
+        "print([(q := i) for i in range(3)])\n"
+    )
+    tree, dropped = definitions_only(ast.parse(code), frozenset({"LayerNorm", "_f"}))
+    namespace = {"math": math, "LayerNorm": type("LayerNorm", (), {})}
+    exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - what the probe child would run
+    assert namespace["GELU_C"] == math.sqrt(2 / math.pi) and (namespace["K"], namespace["J"]) == (3, 4)
+    assert namespace["BASE"] == namespace["C"]["base"] == 10000.0
+    cls = namespace["LayerNorm"]
+    assert cls.forward is cls.extra_repr is namespace["_f"] and cls.eps == 1e-5
+    assert "print" not in ast.unparse(tree) and "assert" not in ast.unparse(tree) and "train" not in ast.unparse(tree)
+    assert "q" not in namespace  # a comprehension's walrus binds only when the comprehension runs
+    assert len(dropped) == 5, dropped  # the print, the assert, the if, `other.x = ...` and the second print
 
 
 def test_plan_finds_the_exercises_and_leaves_the_tests_out():
@@ -1615,18 +1694,24 @@ def test_colliding_folders_are_both_graded_and_flagged(graded):
     rows = check_expected(graded, "solved-2")
     assert "map to the same id" in rows[0]["flags"], rows[0]["flags"]
     assert "rows flagged" in graded["log"]
+    for name in LONG_NAMES:  # graded under ids a file name can hold, apart, and flagged
+        rows = check_expected(graded, _student_id(name))
+        assert rows and f"graded as {_student_id(name)!r}" in rows[0]["flags"], rows
 
 
 def test_a_student_id_is_never_read_as_a_formula_or_an_option():
     """A folder named `-1-1`, `=cmd|' /C calc'!A0` or `@SUM(A1)` gives an id that the CSVs need not quote (so it
     is the gradebook's id as it is) and a command line reads as no option (`-rf`)."""
-    from instructor.grade import _student_id
+    from instructor.grade import MAX_ID, _student_id
 
     for folder in ("-1-1", "=cmd|' /C calc'!A0", "@SUM(A1)", "+1", "--rf", ".hidden", "-", "a.b-c@d"):
         student = _student_id(folder)
         assert student and student[0] not in "=+-@.\t\r", (folder, student)
         assert re.fullmatch(r"[A-Za-z0-9_.@-]+", student), (folder, student)
     assert _student_id("a.b-c@d") == "a.b-c@d" and _student_id("-") == "student"
+    # a folder name may take 255 bytes, and the grader adds to the id: two such names stopped the batch (round 18)
+    long_ids = {_student_id("M" * 254 + end) for end in "!?"}
+    assert len(long_ids) == 2 and all(len(i) <= MAX_ID and i.startswith("M" * 40) for i in long_ids), long_ids
 
 
 def test_probes_far_slower_than_the_notebook_are_flagged():
