@@ -139,6 +139,10 @@ def as_code(text: str) -> str:
 
 # A probe job that takes longer than this, and than four times nbgrader's run of the notebook, is flagged.
 SLOW_PROBES = 60.0
+# nbgrader's run of a notebook longer than this is flagged: the course's slowest takes about 18 s on 2 cores, and
+# whatever else holds a worker (a notebook the grader's own analysis of it took 171 s to read, red-team round 18)
+# is the instructor's to see, whichever way it found
+SLOW_NOTEBOOK = 120.0
 
 # What this process does with a submission's content (normalising it, planning its probes) runs in a child of its
 # own for at most this long: nothing in a notebook holds the batch (a cell of 499 `%time` lines made IPython's
@@ -1136,6 +1140,11 @@ class Grader:
             item.flags.append(
                 f"the judge's probes took {probes:.0f} s, where nbgrader's run of the whole notebook took "
                 f"{nbgrader:.0f} s (see course/judge/{item.student}/{item.notebook}.log)"
+            )
+        if nbgrader > SLOW_NOTEBOOK:
+            item.flags.append(
+                f"nbgrader's run of this notebook took {nbgrader:.0f} s (the course's own notebooks take well under "
+                f"{SLOW_NOTEBOOK:.0f} s)"
             )
         if self.job_student:  # scored by the coordinator, which alone holds the judge's expected outputs
             return 1

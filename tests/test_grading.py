@@ -1716,11 +1716,12 @@ def test_a_student_id_is_never_read_as_a_formula_or_an_option():
 
 def test_probes_far_slower_than_the_notebook_are_flagged():
     """The judge's child runs the definitions again, where there is no `/proc` and no network: a `time.sleep` only
-    there held a probe slot 251 s with honest marks (red-team round 14). The instructor sees it on the row."""
+    there held a probe slot 251 s with honest marks (red-team round 14). The instructor sees it on the row, as a
+    notebook that held its nbgrader worker long."""
     from pathlib import Path
     from types import SimpleNamespace
 
-    from instructor.grade import SLOW_PROBES, Grader, Item
+    from instructor.grade import SLOW_NOTEBOOK, SLOW_PROBES, Grader, Item
 
     grader = SimpleNamespace(job_student="s")  # a job's grader: scored by its coordinator, nothing else to do
     flags = []
@@ -1731,6 +1732,12 @@ def test_probes_far_slower_than_the_notebook_are_flagged():
     assert flags[1:] == [[], []], flags
     said = f"the judge's probes took 251 s, where nbgrader's run of the whole notebook took 2 s (see course/judge/s/{LN}.log)"
     assert flags[0] == [said], flags
+    # ... and a notebook that held its nbgrader worker long, whatever held it (round 18: the grader's own analysis)
+    item = Item("s", LN, Path("x"), autograde={}, probed={}, timings={"probes": 1.6, "nbgrader": 171.1})
+    Grader._maybe_finish(grader, item, {})
+    assert item.flags == [
+        f"nbgrader's run of this notebook took 171 s (the course's own notebooks take well under {SLOW_NOTEBOOK:.0f} s)"
+    ]
 
 
 def test_tags_are_single_words_and_text_is_always_encodable():
