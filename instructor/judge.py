@@ -1015,8 +1015,19 @@ TWIN = 50_000  # a probe's run on the job's second shape: "p<TWIN + i>"
 TWINNED_CONFIGS = ("gpt2", "gpt2_eps", "encdec")
 # Scripted probes run on the second shape too, whose sizes and special ids all differ from the first's: 09's
 # embedding and greedy decoding are probed by their scripts alone, and a scale of sqrt(24) or a BOS id of 1 written
-# in passed whenever a job drew d_model 24 or BOS 1 for its one shape (a few jobs in a hundred; flaky tests showed it)
-TWINNED_SCRIPTS = frozenset({"embed_and_unembed", "decode_once"})
+# in passed whenever a job drew d_model 24 or BOS 1 for its one shape (a few jobs in a hundred; flaky tests showed it).
+# So do the probes of padding, whose pad id is the shape's (09) or drawn for the probe (07): `src == 0` written into
+# 09's EncoderDecoder passed in a job whose one padded shape drew pad id 0 (a flaky test showed it again). Each of
+# these is twinned whatever other probes of its test are (`_twin_key`).
+TWINNED_SCRIPTS = frozenset({"embed_and_unembed", "decode_once", "padding_appended", "encode_decode", "padded_steps"})
+
+
+def _twin_key(probe) -> tuple:
+    """Probes of one test that share a key share one twin: the test's first unscripted probe, and each script of
+    TWINNED_SCRIPTS."""
+    return (probe.grade_id, probe.script)
+
+
 # The notebooks whose checks try a d_model that is not n_heads * d_head (harness.checks.PROBE_CONFIG): the judge's
 # second shape is one too, so code that assumes they are equal fails both (an attention whose out-projection was
 # [d_model, d_model] passed the judge and failed only the check: red-team round 11). GPT-2's checkpoints, and so 05's
@@ -1652,14 +1663,14 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
     prepared = Prepared(folder, notebook, seed, {})
     tensors, entries = {}, []
     replicated: set[str] = set()  # a test's first seeded probe is run again elsewhere: one catches a kept result
-    twinned: set[str] = set()
+    twinned: set[tuple] = set()
     for i, probe in enumerate(PROBES[notebook]):
         if only is not None and probe.grade_id not in only:
             continue
         runs = [(f"p{i}", 0)]
         twins = probe.config in TWINNED_CONFIGS and (not probe.script or probe.script in TWINNED_SCRIPTS)
-        if twins and probe.grade_id not in twinned:
-            twinned.add(probe.grade_id)
+        if twins and _twin_key(probe) not in twinned:
+            twinned.add(_twin_key(probe))
             runs.append((f"p{TWIN + i}", 1))
         for name, shape in runs:
             class_name, cfg = CONFIGS[probe.config]

@@ -229,3 +229,45 @@ def test_the_saved_notebook_is_bounded_however_its_outputs_got_there():
     assert kinds[-1] == "error" and len(heavy.outputs[-1]["ename"]) == 200, kinds
     assert heavy.outputs[-2]["metadata"] == {"image/png": {"height": 40}}, heavy.outputs[-2]
     assert all(o["metadata"] == {} for o in heavy.outputs[:-2]), [o["metadata"] for o in heavy.outputs[:3]]
+
+
+def test_a_kernel_message_too_large_never_reaches_the_worker():
+    """The worker's kernel client refuses, unread, a message over KERNEL_MESSAGE_BYTES: the output bounds cut an
+    output once it has arrived, and one 300 MB message took 926 MB of the worker's memory to arrive. Measured in a
+    process of its own, as the worker is, against the same notebook with the stock client (the control)."""
+    from instructor.worker import KERNEL_MESSAGE_BYTES
+
+    script = (
+        "import resource, sys\n"
+        "import nbformat\n"
+        "from nbclient import NotebookClient\n"
+        "from traitlets.config import Config\n"
+        "c = Config()\n"
+        "if sys.argv[1] == 'bounded':\n"
+        "    c.KernelManager.client_class = 'instructor.worker.BoundedClient'\n"
+        "big = \"display({'text/plain': 'x' * 300_000_000}, raw=True)\"\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(big)])\n"
+        "client = NotebookClient(nb, config=c, timeout=60, iopub_timeout=2, raise_on_iopub_timeout=False)\n"
+        "client.km = client.create_kernel_manager()\n"
+        "client.km.client()  # the client's class imported, with all it needs: not counted below\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "client.execute()\n"
+        "kept = sum(len(str(o)) for o in nb.cells[0].outputs)\n"
+        "print('peak MB', (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10, 'kept', kept)\n"
+    )
+    peaks = {}
+    for client in ("bounded", "stock"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, client],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        found = re.search(r"peak MB (\d+) kept (\d+)", done.stdout)
+        assert found, done.stdout + done.stderr[-2000:]
+        peaks[client] = (int(found[1]), int(found[2]))
+    assert KERNEL_MESSAGE_BYTES < 300_000_000
+    assert peaks["stock"][0] > 300 and peaks["stock"][1] > 300_000_000, peaks  # the control: it did arrive
+    assert peaks["bounded"][0] < 100 and peaks["bounded"][1] < KERNEL_MESSAGE_BYTES, peaks

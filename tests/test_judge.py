@@ -200,6 +200,21 @@ def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
     assert all(not torch.equal(t, first.expected["p0"]) for t in a.values() if t.shape == first.expected["p0"].shape)
 
 
+def test_every_padding_probe_runs_on_both_shapes_with_their_own_pad_ids(tmp_path):
+    """A pad id written in (`src == 0`) passed 09's EncoderDecoder in a job whose one padded shape drew pad id 0: the
+    probes of padding and of greedy decoding run on both of a job's shapes, whose special ids differ."""
+    import json
+
+    prepared = judge.prepare("09_encoder_decoder", tmp_path / "job")
+    probes = {p["name"]: p for p in json.loads((prepared.folder / "request.json").read_text())["probes"]}
+    for i, probe in enumerate(judge.PROBES["09_encoder_decoder"]):
+        if probe.script in ("padding_appended", "encode_decode"):
+            first, twin = probes[f"p{i}"], probes[f"p{judge.TWIN + i}"]
+            assert first["config"]["pad_id"] != twin["config"]["pad_id"], (first["config"], twin["config"])
+        if probe.script in ("padding_appended", "encode_decode", "decode_once"):
+            assert f"p{judge.TWIN + i}" in probes, (i, probe.script)
+
+
 def test_notebooks_without_probes_are_not_judged(tmp_path):
     assert judge.prepare("99_not_in_the_course", tmp_path / "job") is None
     assert not (tmp_path / "job").exists()
