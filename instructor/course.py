@@ -54,7 +54,7 @@ def nbgrader_meta(cell: dict) -> dict:
 
 
 # Cell metadata the grader's normaliser sets on the course's own code cells, left as released: nbgrader's run may
-# leave out those no graded cell needs (`nbconfig.cells_to_run`)
+# leave out those no graded cell needs (`dataflow.cells_to_run`)
 GIVEN = "course_given"
 
 

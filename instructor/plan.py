@@ -509,6 +509,7 @@ def _definitions_in(
     data: frozenset[str] = frozenset(),
     tables: frozenset[str] = frozenset(),
     modules: frozenset[str] = frozenset(),
+    keep: frozenset[int] = frozenset(),
 ) -> list[ast.stmt]:
     """The definitions of `body`. An `if`, `try`, `with` or `for` that defines something is kept with only its
     definitions (`try: from x import y` / `except ImportError: y = None`, a constant chosen by an `if`, a table
@@ -521,6 +522,9 @@ def _definitions_in(
     data = set(data)  # names this body binds to values of its own (`C = {}`), which it may then fill in
     tables = set(tables)  # names this body binds to a literal table (`PAIRS = [("a", 1)]`), which a loop may walk
     for stmt in body:
+        if id(stmt) in keep:  # what a kept definition reads may depend on it (`_needed_actions`)
+            kept.append(stmt)
+            continue
         if isinstance(stmt, (ast.Break, ast.Continue)):  # a kept loop's own control flow
             kept.append(stmt)
             continue
@@ -553,10 +557,19 @@ def _definitions_in(
             inner: list[ast.stmt] = []
             node = copy.copy(stmt)
             fields = ["body", "orelse", "finalbody"]
+            # what a `with` binds with `as` is the body's own to fill in: its context may publish it on exit
+            # (`with building() as ns: ... ns["LayerNorm"] = _LN` was dropped, and the exercise scored 0: round 19)
+            bound = {
+                n.id
+                for item in getattr(stmt, "items", [])
+                if item.optional_vars is not None
+                for n in ast.walk(item.optional_vars)
+                if isinstance(n, ast.Name)
+            }
             for field in fields:
                 if hasattr(node, field):
                     part = _definitions_in(
-                        getattr(stmt, field), inner, own, frozenset(data), frozenset(tables), modules
+                        getattr(stmt, field), inner, own, frozenset(data | bound), frozenset(tables), modules
                     )
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
             if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
@@ -594,15 +607,113 @@ def definitions_only(
     own: frozenset[str] = frozenset(),
     data: frozenset[str] = frozenset(),
     modules: frozenset[str] = frozenset(),
+    keep: frozenset[int] = frozenset(),
 ) -> tuple[ast.Module, list[str]]:
     """`tree` with only imports, function/class definitions, assignments to plain names and attributes set on the
     classes and functions named in `own` (the notebook's: a method added after its class, a `register` call),
     tables filled in (its own, or those named in `data`, which another of the learner's cells binds), also inside an
     `if`, a `try`, a `with` or a loop over a table the cell wrote; and what was dropped."""
     dropped: list[ast.stmt] = []
-    kept = _definitions_in(tree.body, dropped, own, data, modules=modules | module_aliases([tree]))
+    kept = _definitions_in(tree.body, dropped, own, data, modules=modules | module_aliases([tree]), keep=keep)
     notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
     return ast.Module(body=kept, type_ignores=[]), notes
+
+
+def _dropped_at_top(tree: ast.Module, kept: ast.Module) -> list[ast.stmt]:
+    """The top-level statements of `tree` that `definitions_only` dropped whole (a kept `if` or `with` is a copy)."""
+    whole = {id(stmt) for stmt in kept.body}
+    lines = {(stmt.lineno, stmt.col_offset) for stmt in kept.body}
+    return [s for s in tree.body if id(s) not in whole and (s.lineno, s.col_offset) not in lines]
+
+
+def _may_change(stmt: ast.AST, writes: dict, modules: frozenset[str]) -> set[str] | None:
+    """The names whose values a statement may bind or change: what it assigns or stores into, what any call in it
+    is called on or given (`T.register(k, f)`, `operator.setitem(T, k, f)`) and the callable it calls
+    (`add = T.setdefault; add(k, f)`), or else the globals a function of the
+    notebook's that it calls writes (`writes`); None when it names a namespace (`globals()`, `vars()`, `sys`,
+    `__main__`, `exec`): it may bind anything. A module's attributes are not counted (`torch.allclose = ...`)."""
+    from instructor.dataflow import _DYNAMIC, _aliased
+
+    out: set[str] = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name):
+            if node.id in _DYNAMIC:
+                return None
+            if isinstance(node.ctx, (ast.Store, ast.Del)):
+                out.add(node.id)
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out |= _aliased(node.value)
+        elif isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                out |= _aliased(node.func.value)
+            elif isinstance(node.func, ast.Name) and node.func.id in writes:
+                if writes[node.func.id] is None:
+                    return None
+                out |= writes[node.func.id]
+            elif isinstance(node.func, ast.Name) and node.func.id not in _BUILTINS:
+                out.add(node.func.id)  # a bound method or a callable object (`add = T.setdefault; add(k, f)`)
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                out |= _aliased(arg)
+    return out - modules
+
+
+def _global_writes(fn: ast.FunctionDef | ast.AsyncFunctionDef, modules: frozenset[str]) -> set[str] | None:
+    """The global names a function of the notebook's may bind or change when called (`def reg(f): T[f.__name__] =
+    f`: `T`); None for anything."""
+    declared = {name for node in ast.walk(fn) if isinstance(node, ast.Global) for name in node.names}
+    args = fn.args
+    local = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    changed: set[str] = set()
+    for stmt in fn.body:
+        more = _may_change(stmt, {}, modules)
+        if more is None:
+            return None
+        changed |= more
+        local |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return (changed - local) | declared
+
+
+def _needed_actions(trees: dict, kept: dict, needed: set[str], modules: frozenset[str]) -> dict[int, frozenset[int]]:
+    """For each learner cell, the top-level statements `definitions_only` dropped that are to run all the same
+    because what they may change is read by what runs: a kept statement or a kept function's body, or an
+    exercise's name (`ACTIVATIONS.register("gelu_new", f)` then `gelu_new = ACTIVATIONS.get("gelu_new")`,
+    `_install(SOURCE, globals())`, `reg(gelu)` where `reg` fills a table; each was dropped as an action and its
+    exercise scored 0: red-team round 19), and then what those read, until nothing more is needed. Names made
+    from others (`add = T.setdefault`) count as them. A loop stays under the loop rules (a training run)."""
+    from instructor.dataflow import MAX_STEPS, _Budget, _derivations, _Spent, _with_sources
+
+    writes: dict = {}
+    made_from: dict[str, set[str]] = {}
+    budget = _Budget(MAX_STEPS)
+    try:
+        for tree in trees.values():
+            for stmt in tree.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    writes[stmt.name] = _global_writes(stmt, modules)
+            _derivations(tree, modules, made_from, budget)
+        needed = set(needed)
+        for tree in kept.values():
+            needed |= global_uses(tree)
+        candidates = {
+            i: [s for s in _dropped_at_top(trees[i], kept[i]) if not isinstance(s, (ast.For, ast.AsyncFor, ast.While))]
+            for i in trees
+        }
+        keep: dict[int, set[int]] = {i: set() for i in trees}
+        grown = True
+        while grown:
+            grown = False
+            for i, stmts in candidates.items():
+                for stmt in stmts:
+                    if id(stmt) in keep[i]:
+                        continue
+                    changes = _may_change(stmt, writes, modules)
+                    if changes is None or _with_sources(changes, made_from, budget) & needed:
+                        keep[i].add(id(stmt))
+                        needed |= global_uses(ast.Module(body=[stmt], type_ignores=[]))
+                        grown = True
+    except (_Spent, RecursionError, MemoryError, ValueError):
+        return {i: frozenset() for i in trees}
+    return {i: frozenset(ids) for i, ids in keep.items()}
 
 
 def defined_names(tree: ast.Module) -> list[str]:
@@ -824,6 +935,22 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
                 if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and table and all(map(_is_name_target, targets)):
                     data |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
+    # Each planned cell parsed once; then which of the actions it drops are to run all the same (`_needed_actions`)
+    planned = {i: ex for ex, i in learner_for.items()} | {i: None for _, i in added}
+    parsed: dict[int, ast.Module] = {}
+    first: dict[int, ast.Module] = {}
+    needed = {n for sol in solutions.values() for n in sol["names"]}
+    for i, ex in planned.items():
+        try:
+            parsed[i] = ast.parse(ipython_to_python(cell_source(learner_nb["cells"][i])))
+            if ex is not None and solutions[ex]["top_level_code"]:
+                needed |= global_uses(parsed.pop(i))
+            else:
+                first[i] = definitions_only(parsed[i], frozenset(own), frozenset(data), learner_modules)[0]
+        except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
+            parsed.pop(i, None)
+    kept_whole = _needed_actions(parsed, first, needed, learner_modules) if parsed else {}
+
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])
         filename = f"<learner {name} cell {learner_index}>"
@@ -836,10 +963,11 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             "dropped": [],
         }
         try:
-            tree = ast.parse(ipython_to_python(text))
+            tree = parsed.get(learner_index) or ast.parse(ipython_to_python(text))
             keep_all = ex is not None and solutions[ex]["top_level_code"]
             if not keep_all:
-                tree, step["dropped"] = definitions_only(tree, frozenset(own), frozenset(data), learner_modules)
+                keep = kept_whole.get(learner_index, frozenset())
+                tree, step["dropped"] = definitions_only(tree, frozenset(own), frozenset(data), learner_modules, keep)
             step["defines"] = defined_names(tree)
             step["code"] = ast.unparse(tree)
             binds, uses = binds_and_uses(tree, modules)

@@ -454,6 +454,27 @@ sys.modules["ln_eps"] = _module
 POWERS = []  # a table filled in by a `while` (dropped as an action until round 14: the exercise lost)
 while len(POWERS) < 3:
     POWERS.append(len(POWERS))
+
+
+class _Registry:
+    def __init__(self):
+        self.table = {}
+
+    def register(self, key, value):
+        self.table[key] = value
+
+    def get(self, key):
+        return self.table[key]
+
+
+def _install(source, namespace):
+    exec(compile(source, "<ln_scale>", "exec"), namespace)
+
+
+# red-team round 19: calls that fill what the exercise reads, each dropped as an action (the exercise scored 0)
+REGISTRY = _Registry()
+REGISTRY.register("power", 2)
+_install("def scale(x, w, b):\n    return x * w + b\n", globals())
 """
 UNUSUAL_4 = """import torch
 from ln_centre import centre
@@ -478,8 +499,8 @@ def _define():
         def forward(self, residual):
             with ThreadPoolExecutor(1) as pool:  # a thread of its own (round 14: refused, the exercise lost)
                 centered = pool.submit(centre, residual).result()
-            variance = centered.pow(POWERS[POWER]).mean(dim=-1, keepdim=True)
-            return centered / with_eps(variance, self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+            variance = centered.pow(POWERS[REGISTRY.get("power")] * POWER // 2).mean(dim=-1, keepdim=True)
+            return scale(centered / with_eps(variance, self.cfg.layer_norm_eps).sqrt(), self.w, self.b)
 
 
 _define()
@@ -1062,7 +1083,8 @@ def _skipped(*cells: tuple[str, str]) -> list[int]:
     released), "learner" (written or edited by the learner) or "test" (a graded test cell)."""
     import nbformat
 
-    from instructor.nbconfig import GIVEN, cells_to_run
+    from instructor.course import GIVEN
+    from instructor.dataflow import cells_to_run
 
     nodes = []
     for kind, source in cells:
@@ -1079,7 +1101,7 @@ def test_the_analysis_of_which_cells_run_is_bounded():
     under 1% of the budget."""
     import nbformat
 
-    from instructor import nbconfig
+    from instructor import dataflow
     from instructor.course import SOLUTIONS_DIR
 
     n = 1200
@@ -1098,7 +1120,7 @@ def test_the_analysis_of_which_cells_run_is_bounded():
         nb = nbformat.from_dict(normalise(solution_nb, solution_nb, path.stem)[0])
         code = [c for c in nb.cells if c.cell_type == "code"]
         trees = {i: ast.parse(c.source) for i, c in enumerate(code) if not c.source.lstrip().startswith("%")}
-        nbconfig._live(code, trees, nbconfig._Budget(nbconfig.MAX_STEPS // 100))  # raises if it takes more
+        dataflow._live(code, trees, dataflow._Budget(dataflow.MAX_STEPS // 100))  # raises if it takes more
 
 
 def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs():
@@ -1377,6 +1399,45 @@ def test_definitions_only_keeps_what_an_assignment_binds_however_it_is_written()
     assert "print" not in ast.unparse(tree) and "assert" not in ast.unparse(tree) and "train" not in ast.unparse(tree)
     assert "q" not in namespace  # a comprehension's walrus binds only when the comprehension runs
     assert len(dropped) == 5, dropped  # the print, the assert, the if, `other.x = ...` and the second print
+
+
+def test_the_plan_keeps_an_action_whose_change_a_kept_definition_reads():
+    """Red-team round 19's honest variants, each an exercise that scored 0: a call that fills what a kept statement
+    or an exercise reads (a registry's `register`, a helper that fills a table, `operator.setitem`, a bound
+    `setdefault`), one that names a namespace (`globals()`, `sys.modules`, `__main__`, `vars()`), and a `with` whose
+    context publishes what its body put in the object it bound. An action nothing kept reads stays dropped: a print,
+    a module's attribute set, a training call, a training loop, even on what the exercise reads."""
+    cases = {
+        "registry": "class R:\n    def __init__(self):\n        self.d = {}\n    def register(self, k, f):\n"
+        "        self.d[k] = f\n    def get(self, k):\n        return self.d[k]\nA = R()\nA.register('gelu_new', _g)\n"
+        "gelu_new = A.get('gelu_new')",
+        "helper": "T = {}\ndef reg(f):\n    T[f.__name__] = f\n    return f\nreg(_g)\ngelu_new = T['_g']",
+        "operator": "import operator\nT = {}\noperator.setitem(T, 'g', _g)\ngelu_new = T['g']",
+        "bound_method": "T = {}\nadd = T.setdefault\nadd('g', _g)\ngelu_new = T['g']",
+        "comprehension": "T = {}\n[T.update(g=_g) for _ in range(1)]\ngelu_new = T['g']",
+        "installer": "def _install(src, ns):\n    exec(src, ns)\n_install('def gelu_new(x):\\n    return x', globals())",
+        "sys_modules": "import sys\nsetattr(sys.modules[__name__], 'gelu_new', _g)",
+        "main": "import __main__\n__main__.gelu_new = _g",
+        "vars": "vars()['gelu_new'] = _g",
+        "context": "import contextlib\n@contextlib.contextmanager\ndef building():\n    ns = {}\n    yield ns\n"
+        "    globals().update(ns)\nwith building() as ns:\n    ns['gelu_new'] = _g",
+    }
+    notebook = "04_mlp_and_block"
+    sol = solution(notebook)
+    for case, code in cases.items():
+        nb = set_source(copy.deepcopy(sol), "gelu_new", "def _g(x):\n    return x\n\n\n" + code)
+        step = next(s for s in build_plan(sol, nb, notebook)["steps"] if s.get("exercise") == "gelu_new")
+        assert not step["dropped"], (case, step["dropped"])
+        namespace = {"__name__": "__main__"}
+        sys.modules["__main__"].__dict__.pop("gelu_new", None)
+        exec(compile(step["code"], "<plan>", "exec"), namespace)  # noqa: S102 - what the probe child would run
+        found = namespace.get("gelu_new") or sys.modules["__main__"].__dict__.pop("gelu_new", None)
+        assert found is not None and found(3) == 3, case
+    actions = "print(gelu_new(1))\nimport torch\ntorch.allclose = None\nmodel = object()\ntrain(model)\n"
+    actions += "for _ in range(3):\n    train(gelu_new)\n"
+    nb = set_source(copy.deepcopy(sol), "gelu_new", "def gelu_new(x):\n    return x\n\n\n" + actions)
+    step = next(s for s in build_plan(sol, nb, notebook)["steps"] if s.get("exercise") == "gelu_new")
+    assert len(step["dropped"]) == 4, step["dropped"]
 
 
 def test_plan_finds_the_exercises_and_leaves_the_tests_out():

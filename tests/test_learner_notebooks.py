@@ -63,7 +63,7 @@ def solution_validations(tmp_path_factory) -> dict:
     """The solutions run as grading runs them: the course's demonstrations no graded cell needs left out."""
     from instructor.collect import normalise
     from instructor.course import SOLUTIONS_DIR
-    from instructor.nbconfig import cells_to_run
+    from instructor.dataflow import cells_to_run
 
     out = tmp_path_factory.mktemp("solutions")
     for name in NAMES:
