@@ -569,7 +569,7 @@ def _definitions_in(
             for field in fields:
                 if hasattr(node, field):
                     part = _definitions_in(
-                        getattr(stmt, field), inner, own, frozenset(data | bound), frozenset(tables), modules
+                        getattr(stmt, field), inner, own, frozenset(data | bound), frozenset(tables), modules, keep
                     )
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
             if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
@@ -580,14 +580,14 @@ def _definitions_in(
             if isinstance(stmt, ast.Match):  # a definition chosen by a `case`, as by an `if`
                 node.cases = [copy.copy(case) for case in stmt.cases]
                 for case in node.cases:
-                    case.body = _definitions_in(case.body, inner, own, frozenset(data), frozenset(tables), modules) or [
-                        ast.Pass()
-                    ]
+                    case.body = _definitions_in(
+                        case.body, inner, own, frozenset(data), frozenset(tables), modules, keep
+                    ) or [ast.Pass()]
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:
                     handler.body = _definitions_in(
-                        handler.body, inner, own, frozenset(data), frozenset(tables), modules
+                        handler.body, inner, own, frozenset(data), frozenset(tables), modules, keep
                     ) or [ast.Pass()]
             idle = (ast.Pass,) if isinstance(stmt, ast.If) else (ast.Pass, ast.Break, ast.Continue)
             defines = any(not isinstance(n, idle) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node)
@@ -613,17 +613,16 @@ def definitions_only(
     classes and functions named in `own` (the notebook's: a method added after its class, a `register` call),
     tables filled in (its own, or those named in `data`, which another of the learner's cells binds), also inside an
     `if`, a `try`, a `with` or a loop over a table the cell wrote; and what was dropped."""
+    kept, dropped = _planned(tree, own, data, modules, keep)
+    notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
+    return kept, notes
+
+
+def _planned(tree: ast.Module, own, data, modules, keep=frozenset()) -> tuple[ast.Module, list[ast.stmt]]:
+    """`definitions_only`'s kept code, and the statements it dropped (at top level, or inside a kept `if`, `with`...)."""
     dropped: list[ast.stmt] = []
     kept = _definitions_in(tree.body, dropped, own, data, modules=modules | module_aliases([tree]), keep=keep)
-    notes = [f"line {s.lineno}: `{ast.unparse(s).splitlines()[0][:60]}`" for s in dropped]
-    return ast.Module(body=kept, type_ignores=[]), notes
-
-
-def _dropped_at_top(tree: ast.Module, kept: ast.Module) -> list[ast.stmt]:
-    """The top-level statements of `tree` that `definitions_only` dropped whole (a kept `if` or `with` is a copy)."""
-    whole = {id(stmt) for stmt in kept.body}
-    lines = {(stmt.lineno, stmt.col_offset) for stmt in kept.body}
-    return [s for s in tree.body if id(s) not in whole and (s.lineno, s.col_offset) not in lines]
+    return ast.Module(body=kept, type_ignores=[]), dropped
 
 
 def _may_change(stmt: ast.AST, writes: dict, modules: frozenset[str]) -> set[str] | None:
@@ -673,8 +672,10 @@ def _global_writes(fn: ast.FunctionDef | ast.AsyncFunctionDef, modules: frozense
     return (changed - local) | declared
 
 
-def _needed_actions(trees: dict, kept: dict, needed: set[str], modules: frozenset[str]) -> dict[int, frozenset[int]]:
-    """For each learner cell, the top-level statements `definitions_only` dropped that are to run all the same
+def _needed_actions(
+    trees: dict, kept: dict, dropped: dict, needed: set[str], modules: frozenset[str]
+) -> dict[int, frozenset[int]]:
+    """For each learner cell, the statements `definitions_only` dropped that are to run all the same
     because what they may change is read by what runs: a kept statement or a kept function's body, or an
     exercise's name (`ACTIVATIONS.register("gelu_new", f)` then `gelu_new = ACTIVATIONS.get("gelu_new")`,
     `_install(SOURCE, globals())`, `reg(gelu)` where `reg` fills a table; each was dropped as an action and its
@@ -695,8 +696,7 @@ def _needed_actions(trees: dict, kept: dict, needed: set[str], modules: frozense
         for tree in kept.values():
             needed |= global_uses(tree)
         candidates = {
-            i: [s for s in _dropped_at_top(trees[i], kept[i]) if not isinstance(s, (ast.For, ast.AsyncFor, ast.While))]
-            for i in trees
+            i: [s for s in dropped[i] if not isinstance(s, (ast.For, ast.AsyncFor, ast.While))] for i in trees
         }
         keep: dict[int, set[int]] = {i: set() for i in trees}
         grown = True
@@ -939,6 +939,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
     planned = {i: ex for ex, i in learner_for.items()} | {i: None for _, i in added}
     parsed: dict[int, ast.Module] = {}
     first: dict[int, ast.Module] = {}
+    dropped_first: dict[int, list[ast.stmt]] = {}
     needed = {n for sol in solutions.values() for n in sol["names"]}
     for i, ex in planned.items():
         try:
@@ -946,10 +947,10 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             if ex is not None and solutions[ex]["top_level_code"]:
                 needed |= global_uses(parsed.pop(i))
             else:
-                first[i] = definitions_only(parsed[i], frozenset(own), frozenset(data), learner_modules)[0]
+                first[i], dropped_first[i] = _planned(parsed[i], frozenset(own), frozenset(data), learner_modules)
         except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
             parsed.pop(i, None)
-    kept_whole = _needed_actions(parsed, first, needed, learner_modules) if parsed else {}
+    kept_whole = _needed_actions(parsed, first, dropped_first, needed, learner_modules) if parsed else {}
 
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])

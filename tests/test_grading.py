@@ -1412,6 +1412,9 @@ def test_the_plan_keeps_an_action_whose_change_a_kept_definition_reads():
         "        self.d[k] = f\n    def get(self, k):\n        return self.d[k]\nA = R()\nA.register('gelu_new', _g)\n"
         "gelu_new = A.get('gelu_new')",
         "helper": "T = {}\ndef reg(f):\n    T[f.__name__] = f\n    return f\nreg(_g)\ngelu_new = T['_g']",
+        "nested": "class R:\n    def __init__(self):\n        self.d = {}\n    def register(self, k, f):\n"
+        "        self.d[k] = f\nA = R()\nif True:\n    def _h(x):\n        return x\n    A.register('gelu_new', _h)\n"
+        "gelu_new = A.d['gelu_new']",
         "operator": "import operator\nT = {}\noperator.setitem(T, 'g', _g)\ngelu_new = T['g']",
         "bound_method": "T = {}\nadd = T.setdefault\nadd('g', _g)\ngelu_new = T['g']",
         "comprehension": "T = {}\n[T.update(g=_g) for _ in range(1)]\ngelu_new = T['g']",
