@@ -625,18 +625,19 @@ def _planned(tree: ast.Module, own, data, modules, keep=frozenset()) -> tuple[as
     return ast.Module(body=kept, type_ignores=[]), dropped
 
 
-def _may_change(stmt: ast.AST, writes: dict, modules: frozenset[str]) -> set[str] | None:
+def _may_change(stmt: ast.AST, writes: dict, modules: frozenset[str], spaces: set[str]) -> set[str] | None:
     """The names whose values a statement may bind or change: what it assigns or stores into, what any call in it
     is called on or given (`T.register(k, f)`, `operator.setitem(T, k, f)`) and the callable it calls
-    (`add = T.setdefault; add(k, f)`), or else the globals a function of the
-    notebook's that it calls writes (`writes`); None when it names a namespace (`globals()`, `vars()`, `sys`,
-    `__main__`, `exec`): it may bind anything. A module's attributes are not counted (`torch.allclose = ...`)."""
+    (`add = T.setdefault; add(k, f)`), or else the globals a function of the notebook's that it calls writes
+    (`writes`); None when it names a namespace (`globals()`, `vars()`, `sys`, `__main__`, `exec`) or a name made
+    from one (`spaces`: `publish = _publisher(globals())`): it may bind anything. A module's attributes are not
+    counted (`torch.allclose = ...`)."""
     from instructor.dataflow import _DYNAMIC, _aliased
 
     out: set[str] = set()
     for node in ast.walk(stmt):
         if isinstance(node, ast.Name):
-            if node.id in _DYNAMIC:
+            if node.id in _DYNAMIC or node.id in spaces:
                 return None
             if isinstance(node.ctx, (ast.Store, ast.Del)):
                 out.add(node.id)
@@ -664,7 +665,7 @@ def _global_writes(fn: ast.FunctionDef | ast.AsyncFunctionDef, modules: frozense
     local = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
     changed: set[str] = set()
     for stmt in fn.body:
-        more = _may_change(stmt, {}, modules)
+        more = _may_change(stmt, {}, modules, set())
         if more is None:
             return None
         changed |= more
@@ -672,45 +673,92 @@ def _global_writes(fn: ast.FunctionDef | ast.AsyncFunctionDef, modules: frozense
     return (changed - local) | declared
 
 
+def _namespaces(trees: dict, made_from: dict[str, set[str]]) -> set[str]:
+    """Names bound to something made from a namespace (`publish = _publisher(globals())`, `setter =
+    functools.partial(operator.setitem, globals())`), and names made from those: calling one may bind anything (each
+    such call was dropped, and its exercise scored 0: red-team round 20)."""
+    from instructor.dataflow import _DYNAMIC
+
+    spaces = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            value = (
+                getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) else None
+            )
+            if value is not None and any(isinstance(n, ast.Name) and n.id in _DYNAMIC for n in ast.walk(value)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                spaces |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    grown = True
+    while grown:
+        more = {name for name, sources in made_from.items() if name not in spaces and sources & spaces}
+        spaces |= more
+        grown = bool(more)
+    return spaces
+
+
 def _needed_actions(
-    trees: dict, kept: dict, dropped: dict, needed: set[str], modules: frozenset[str]
+    trees: dict, kept: dict, dropped: dict, needed: set[str], exercises: dict, modules: frozenset[str]
 ) -> dict[int, frozenset[int]]:
-    """For each learner cell, the statements `definitions_only` dropped that are to run all the same
-    because what they may change is read by what runs: a kept statement or a kept function's body, or an
-    exercise's name (`ACTIVATIONS.register("gelu_new", f)` then `gelu_new = ACTIVATIONS.get("gelu_new")`,
-    `_install(SOURCE, globals())`, `reg(gelu)` where `reg` fills a table; each was dropped as an action and its
-    exercise scored 0: red-team round 19), and then what those read, until nothing more is needed. Names made
-    from others (`add = T.setdefault`) count as them. A loop stays under the loop rules (a training run)."""
+    """For each learner cell, the statements `definitions_only` dropped that are to run all the same because what
+    they may change is read by what runs: a kept statement or a kept function's body, or an exercise's name
+    (`ACTIVATIONS.register("gelu_new", f)` then `gelu_new = ACTIVATIONS.get("gelu_new")`, `_install(SOURCE,
+    globals())`, `reg(gelu)` where `reg` fills a table; each was dropped as an action and its exercise scored 0:
+    red-team round 19), then what those read, until nothing more is needed. Names made from others (`add =
+    T.setdefault`) count as them. And where the exercise's names are still bound by nothing kept, every statement of
+    its cell but a loop (`exercises`: cell -> the names). A loop stays under the loop rules (a training run).
+
+    One pass over the statements: each is read once, and each needed name wakes the statements that change it (a
+    chain of 900 statements each needed by the next took 204 s while every round re-read them all: round 20). Every
+    node read counts against the analysis's budget; past it, nothing more is kept."""
     from instructor.dataflow import MAX_STEPS, _Budget, _derivations, _Spent, _with_sources
 
-    writes: dict = {}
-    made_from: dict[str, set[str]] = {}
     budget = _Budget(MAX_STEPS)
+    keep: dict[int, set[int]] = {i: set() for i in trees}
+
+    def reads(stmt: ast.AST) -> set[str]:
+        return global_uses(stmt if isinstance(stmt, ast.Module) else ast.Module(body=[stmt], type_ignores=[]))
+
     try:
+        for tree in trees.values():
+            budget.take(sum(1 for _ in ast.walk(tree)))
+        writes: dict = {}
+        made_from: dict[str, set[str]] = {}
         for tree in trees.values():
             for stmt in tree.body:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     writes[stmt.name] = _global_writes(stmt, modules)
             _derivations(tree, modules, made_from, budget)
-        needed = set(needed)
-        for tree in kept.values():
-            needed |= global_uses(tree)
-        candidates = {
-            i: [s for s in dropped[i] if not isinstance(s, (ast.For, ast.AsyncFor, ast.While))] for i in trees
-        }
-        keep: dict[int, set[int]] = {i: set() for i in trees}
-        grown = True
-        while grown:
-            grown = False
-            for i, stmts in candidates.items():
-                for stmt in stmts:
-                    if id(stmt) in keep[i]:
-                        continue
-                    changes = _may_change(stmt, writes, modules)
-                    if changes is None or _with_sources(changes, made_from, budget) & needed:
-                        keep[i].add(id(stmt))
-                        needed |= global_uses(ast.Module(body=[stmt], type_ignores=[]))
-                        grown = True
+        spaces = _namespaces(trees, made_from)
+        waiting: dict[str, list] = {}  # a name -> the statements that change it (or what it was made from)
+        todo = [name for tree in kept.values() for name in reads(tree)] + list(needed)
+        for i, stmts in dropped.items():
+            for stmt in stmts:
+                if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+                    continue
+                changes = _may_change(stmt, writes, modules, spaces)
+                if changes is None:
+                    keep[i].add(id(stmt))
+                    todo += reads(stmt)
+                    continue
+                for name in _with_sources(changes, made_from, budget):
+                    waiting.setdefault(name, []).append((i, stmt))
+        seen: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for i, stmt in waiting.pop(name, ()):
+                if id(stmt) not in keep[i]:
+                    keep[i].add(id(stmt))
+                    todo += reads(stmt)
+        bound = set()
+        for i, tree in kept.items():
+            bound |= binds_and_uses(tree)[0]
+            bound |= {n for s in dropped[i] if id(s) in keep[i] for n in binds_and_uses(ast.Module([s], []))[0]}
+        for i, names in exercises.items():
+            if i in trees and not set(names) <= bound:
+                keep[i] |= {id(s) for s in dropped[i] if not isinstance(s, (ast.For, ast.AsyncFor, ast.While))}
     except (_Spent, RecursionError, MemoryError, ValueError):
         return {i: frozenset() for i in trees}
     return {i: frozenset(ids) for i, ids in keep.items()}
@@ -950,7 +998,10 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
                 first[i], dropped_first[i] = _planned(parsed[i], frozenset(own), frozenset(data), learner_modules)
         except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
             parsed.pop(i, None)
-    kept_whole = _needed_actions(parsed, first, dropped_first, needed, learner_modules) if parsed else {}
+    exercise_names = {i: solutions[ex]["names"] for i, ex in planned.items() if ex is not None}
+    kept_whole = (
+        _needed_actions(parsed, first, dropped_first, needed, exercise_names, learner_modules) if parsed else {}
+    )
 
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])

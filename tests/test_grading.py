@@ -1415,6 +1415,16 @@ def test_the_plan_keeps_an_action_whose_change_a_kept_definition_reads():
         "nested": "class R:\n    def __init__(self):\n        self.d = {}\n    def register(self, k, f):\n"
         "        self.d[k] = f\nA = R()\nif True:\n    def _h(x):\n        return x\n    A.register('gelu_new', _h)\n"
         "gelu_new = A.d['gelu_new']",
+        # round 20: callables made from a namespace, and one that writes where no rule looks (the exercise's name
+        # still bound by nothing kept: every statement of its cell but a loop runs)
+        "closure": "def _publisher(ns):\n    def publish(obj, name):\n        ns[name] = obj\n    return publish\n"
+        "publish = _publisher(globals())\nlist(map(publish, [_g], ['gelu_new']))",
+        "decorator_call": "class Exporter:\n    def __init__(self, ns):\n        self.ns = ns\n    def __call__(self, name):\n"
+        "        return lambda f: self.ns.__setitem__(name, f)\nexport = Exporter(globals())\nexport('gelu_new')(_g)",
+        "partial": "import functools, operator\nsetter = functools.partial(operator.setitem, globals())\n"
+        "setter('gelu_new', _g)",
+        "unseen": "class Registrar:\n    def __call__(self, f, name):\n        import sys\n"
+        "        setattr(sys.modules['__main__'], name, f)\n_registrar = Registrar()\n_registrar(_g, 'gelu_new')",
         "operator": "import operator\nT = {}\noperator.setitem(T, 'g', _g)\ngelu_new = T['g']",
         "bound_method": "T = {}\nadd = T.setdefault\nadd('g', _g)\ngelu_new = T['g']",
         "comprehension": "T = {}\n[T.update(g=_g) for _ in range(1)]\ngelu_new = T['g']",
@@ -1441,6 +1451,28 @@ def test_the_plan_keeps_an_action_whose_change_a_kept_definition_reads():
     nb = set_source(copy.deepcopy(sol), "gelu_new", "def gelu_new(x):\n    return x\n\n\n" + actions)
     step = next(s for s in build_plan(sol, nb, notebook)["steps"] if s.get("exercise") == "gelu_new")
     assert len(step["dropped"]) == 4, step["dropped"]
+
+
+def test_the_plans_dataflow_reads_each_statement_once(monkeypatch):
+    """A chain of statements each needed by the next (`n_i.put(n_i+1)` in reverse order, read by a function through
+    `n_0`) with a 250,000-element literal beside them took 204 s to plan while every round re-read every statement;
+    planning is serial, so it held the whole batch 60 s a notebook (red-team round 20). Each statement is now read
+    once, and the whole chain is kept."""
+    from instructor import plan as plan_module
+
+    calls = []
+    may_change = plan_module._may_change
+    monkeypatch.setattr(plan_module, "_may_change", lambda *a: calls.append(1) or may_change(*a))
+    n = 300
+    chain = "class Box:\n    def put(self, other):\n        self.other = other\n"
+    chain += "".join(f"n_{i} = Box()\n" for i in range(n + 1))
+    chain += "".join(f"n_{i}.put(n_{i + 1})\n" for i in reversed(range(n)))
+    chain += "def _reads_chain():\n    return n_0\n[" + "0, " * 20_000 + "]\n"
+    sol = solution(LN)
+    nb = insert_after(copy.deepcopy(sol), "layernorm", chain)
+    steps = [s for s in build_plan(sol, nb, LN)["steps"] if s["kind"] == "learner" and s["exercise"] is None]
+    assert len(steps) == 1 and len(steps[0]["dropped"]) == 1, steps[0]["dropped"]  # only the literal
+    assert len(calls) <= n + 10, len(calls)
 
 
 def test_plan_finds_the_exercises_and_leaves_the_tests_out():
