@@ -56,37 +56,6 @@ def _no_page(notebook: str, note: str) -> str:
 # autograded notebook, its feedback page and this process's memory stay bounded whatever a cell prints.
 CELL_OUTPUT_CHARS = 100_000
 NOTEBOOK_OUTPUT_CHARS = 2_000_000
-# The most one message from a kernel may take, in bytes: the worker's sockets refuse a larger one unread (zmq's
-# MAXMSGSIZE, which drops that connection; the cell's reply still says whether it failed). The bounds above cut an
-# output once it has arrived, and one message of 300 MB took 926 MB of the worker's memory to arrive (measured):
-# now it never does. The course's largest output is a few hundred kB.
-KERNEL_MESSAGE_BYTES = 64 << 20
-
-
-def _bounded_client_class():
-    """A kernel client whose sockets refuse messages over KERNEL_MESSAGE_BYTES (`Worker`'s `client_class`)."""
-    import zmq.asyncio
-    from jupyter_client.asynchronous import AsyncKernelClient
-    from traitlets import default
-
-    class BoundedClient(AsyncKernelClient):
-        @default("context")
-        def _bounded_context(self):
-            self._created_context = True
-            context = zmq.asyncio.Context()
-            context.setsockopt(zmq.MAXMSGSIZE, KERNEL_MESSAGE_BYTES)  # every socket made from it from now on
-            return context
-
-    return BoundedClient
-
-
-def __getattr__(name: str):
-    """`instructor.worker.BoundedClient`, made when first named (by the kernel manager), so that importing this
-    module imports no zmq."""
-    if name == "BoundedClient":
-        globals()[name] = _bounded_client_class()
-        return globals()[name]
-    raise AttributeError(name)
 
 
 def _size(output) -> int:
@@ -262,7 +231,6 @@ class Worker:
 
         self.root = Path(root)
         config = nbgrader_config(cell_timeout, notebook_timeout, self.root, kernel_name)
-        config.KernelManager.client_class = "instructor.worker.BoundedClient"
         if ipc:  # sandboxed kernels have no network: Unix sockets under this prefix, in a folder the sandbox shares
             config.KernelManager.transport = "ipc"
             config.KernelManager.ip = ipc

@@ -474,7 +474,7 @@ def _install(source, namespace):
 # red-team round 19: calls that fill what the exercise reads, each dropped as an action (the exercise scored 0)
 REGISTRY = _Registry()
 REGISTRY.register("power", 2)
-_install("def scale(x, w, b):\n    return x * w + b\n", globals())
+_install("def scale(x, w, b):\\n    return x * w + b\\n", globals())
 """
 UNUSUAL_4 = """import torch
 from ln_centre import centre
