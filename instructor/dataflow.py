@@ -24,6 +24,30 @@ _DYNAMIC = frozenset(
 )
 
 
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call, ast.Starred)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def global_uses(tree: ast.Module) -> set[str]:
+    """Global names a cell reads: at top level, and inside its functions and classes (not their local names)."""
+    import symtable
+
+    def walk(table, out):
+        for sym in table.get_symbols():
+            if sym.is_referenced() and (table.get_type() == "module" or sym.is_global()):
+                out.add(sym.get_name())
+        for child in table.get_children():
+            walk(child, out)
+        return out
+
+    try:
+        return walk(symtable.symtable(ast.unparse(tree), "<cell>", "exec"), set())
+    except SyntaxError:
+        return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
 def cells_to_run(cells: list) -> set[int]:
     """The code cells nbgrader runs: none after the last graded cell (cells run in order, so none can change a
     score); before it, every graded cell, every cell of the learner's, and each of the course's own cells (marked
@@ -74,11 +98,9 @@ class _Budget:
 
     def __init__(self, steps: int):
         self.left = steps
-        self.used = 0
 
     def take(self, steps: int) -> None:
         self.left -= steps
-        self.used += steps
         if self.left < 0:
             raise _Spent
 
@@ -163,8 +185,6 @@ def _binds(tree: ast.Module) -> set[str]:
 def _derivations(tree: ast.Module, modules: frozenset[str], made_from: dict[str, set[str]], budget: _Budget) -> None:
     """What each name a cell binds was made from (`w = model.weight`: `w` from `model`; `for r in rows`: `r` from
     `rows`; `d[k] = v`: `d` from `v`), added to `made_from`."""
-    from instructor.plan import _root_name
-
     for node in _top_level(tree):
         pairs = []
         if isinstance(node, ast.Assign):
@@ -231,8 +251,6 @@ def _reads(tree: ast.Module) -> tuple[set[str], set[str]]:
     """Global names a cell reads before it binds them itself (`fig, ax = plt.subplots()` then `ax.plot(...)` does
     not read an earlier cell's `ax`), and every global name its functions and classes read (when they are called,
     which may be after another cell has bound it again). Builtins are left out."""
-    from instructor.plan import global_uses
-
     bound: set[str] = set()
     top: set[str] = set()
     inner: set[str] = set()
@@ -283,8 +301,6 @@ def _changes(tree: ast.Module, modules: frozenset[str]) -> set[str]:
     """Names a cell's top-level code may change besides those it binds: what a call there is given (a call of a
     builtin or of a module's function changes no argument) or is called on (a method that only reads changes
     nothing); `SETTINGS` if it sets a module's settings or attributes, writes a file or changes the process."""
-    from instructor.plan import _root_name
-
     out = set()
     for node in _top_level(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -22,6 +22,17 @@ import math
 import re
 
 from instructor.course import cell_kind, cell_source, nbgrader_meta, same_text
+from instructor.dataflow import (
+    _DYNAMIC,
+    _READS_ONLY,
+    MAX_STEPS,
+    _aliased,
+    _Budget,
+    _derivations,
+    _root_name,
+    _Spent,
+    global_uses,
+)
 
 # Cell magics that run their cell's code in the notebook's namespace, as if they were not there: what the cell
 # defines is defined (`%%time` over a class made it a string passed to a magic, and the exercise went missing).
@@ -60,12 +71,6 @@ def ipython_to_python(source: str) -> str:
 def _run_as_exec(match: re.Match) -> str:
     path = match.group(2)
     return f"exec(compile(open({path!r}, encoding='utf-8').read(), {path!r}, 'exec'), globals())"
-
-
-def _root_name(node: ast.AST) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call, ast.Starred)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
 
 
 def _is_name_target(target: ast.AST) -> bool:
@@ -240,14 +245,20 @@ def _walrus_bindings(stmt: ast.stmt) -> list[ast.stmt]:
     """`NAME = value` for each walrus that a dropped statement's own line runs (`print(f"{(C := 2.0):.3f}")`,
     `assert (K := f())`, the test of an `if` that defines nothing): the action goes, the name it binds stays, as the
     assignment `NAME = value` would (a definition reading `C` raised NameError, red-team round 18). Not a walrus
-    inside another, a comprehension, a lambda or a nested statement (a body), which bind elsewhere or later."""
+    inside another, a comprehension, a lambda or a nested statement (a body), which bind elsewhere or later, nor one
+    that may not run: past the first operand of `and`/`or`, in a branch of `x if c else y`, in a `case` (lifted,
+    `print(ok and (k := f()))` would call `f` where the cell never did)."""
     found: list[ast.NamedExpr] = []
-    scopes = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    skipped = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.match_case)
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.NamedExpr):
             found.append(node)
-        elif not isinstance(node, scopes) and not (isinstance(node, ast.stmt) and node is not stmt):
+        elif isinstance(node, ast.BoolOp):
+            visit(node.values[0])
+        elif isinstance(node, ast.IfExp):
+            visit(node.test)
+        elif not isinstance(node, skipped) and not (isinstance(node, ast.stmt) and node is not stmt):
             for child in ast.iter_child_nodes(node):
                 visit(child)
 
@@ -632,29 +643,43 @@ def _may_change(stmt: ast.AST, writes: dict, modules: frozenset[str], spaces: se
     (`writes`); None when it names a namespace (`globals()`, `vars()`, `sys`, `__main__`, `exec`) or a name made
     from one (`spaces`: `publish = _publisher(globals())`): it may bind anything. A module's attributes are not
     counted (`torch.allclose = ...`)."""
-    from instructor.dataflow import _DYNAMIC, _aliased
-
     out: set[str] = set()
     for node in ast.walk(stmt):
         if isinstance(node, ast.Name):
-            if node.id in _DYNAMIC or node.id in spaces:
+            if node.id in _NAMESPACES or node.id in spaces:
                 return None
             if isinstance(node.ctx, (ast.Store, ast.Del)):
                 out.add(node.id)
         elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
             out |= _aliased(node.value)
         elif isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Attribute):
-                out |= _aliased(node.func.value)
-            elif isinstance(node.func, ast.Name) and node.func.id in writes:
-                if writes[node.func.id] is None:
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in _READS_ONLY:
+                continue  # `x.mean()`, `T.get(k)`: read, not changed
+            if isinstance(func, ast.Attribute):
+                out |= _aliased(func.value)
+            elif isinstance(func, ast.Name) and func.id in writes:
+                if writes[func.id] is None:
                     return None
-                out |= writes[node.func.id]
-            elif isinstance(node.func, ast.Name) and node.func.id not in _BUILTINS:
-                out.add(node.func.id)  # a bound method or a callable object (`add = T.setdefault; add(k, f)`)
+                out |= writes[func.id]
+            elif isinstance(func, ast.Name) and func.id in _BUILTINS:
+                if func.id not in _CHANGING_BUILTINS:
+                    continue  # `print(x)`, `len(x)`: read, not changed
+            elif isinstance(func, ast.Name):
+                out.add(func.id)  # a bound method or a callable object (`add = T.setdefault; add(k, f)`)
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 out |= _aliased(arg)
+                if isinstance(arg, ast.Name) and arg.id in writes:  # a function given to be called (`map(reg, fs)`)
+                    if writes[arg.id] is None:
+                        return None
+                    out |= writes[arg.id]
     return out - modules
+
+
+# What names a namespace for `_may_change`: IPython's magics become `get_ipython().run_line_magic(...)` calls, which
+# are actions like any other (`%timeit train(model)`), not a namespace
+_NAMESPACES = _DYNAMIC - {"get_ipython"}
+_CHANGING_BUILTINS = frozenset({"setattr", "delattr", "next", "iter", "map", "filter", "list", "any", "all", "sorted"})
 
 
 def _global_writes(fn: ast.FunctionDef | ast.AsyncFunctionDef, modules: frozenset[str]) -> set[str] | None:
@@ -673,32 +698,32 @@ def _global_writes(fn: ast.FunctionDef | ast.AsyncFunctionDef, modules: frozense
     return (changed - local) | declared
 
 
-def _namespaces(trees: dict, made_from: dict[str, set[str]]) -> set[str]:
+def _namespaces(trees: dict, derived: dict[str, set[str]]) -> set[str]:
     """Names bound to something made from a namespace (`publish = _publisher(globals())`, `setter =
-    functools.partial(operator.setitem, globals())`), and names made from those: calling one may bind anything (each
-    such call was dropped, and its exercise scored 0: red-team round 20)."""
-    from instructor.dataflow import _DYNAMIC
-
-    spaces = set()
+    functools.partial(operator.setitem, globals())`), and names made from those (`derived`: a name -> the names
+    made from it): calling one may bind anything (each such call was dropped, and its exercise scored 0: red-team
+    round 20)."""
+    spaces: set[str] = set()
     for tree in trees.values():
         for node in ast.walk(tree):
             value = (
                 getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) else None
             )
-            if value is not None and any(isinstance(n, ast.Name) and n.id in _DYNAMIC for n in ast.walk(value)):
+            if value is not None and any(isinstance(n, ast.Name) and n.id in _NAMESPACES for n in ast.walk(value)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 spaces |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    grown = True
-    while grown:
-        more = {name for name, sources in made_from.items() if name not in spaces and sources & spaces}
-        spaces |= more
-        grown = bool(more)
+    todo = list(spaces)
+    while todo:
+        for name in derived.get(todo.pop(), ()):
+            if name not in spaces:
+                spaces.add(name)
+                todo.append(name)
     return spaces
 
 
 def _needed_actions(
     trees: dict, kept: dict, dropped: dict, needed: set[str], exercises: dict, modules: frozenset[str]
-) -> dict[int, frozenset[int]]:
+) -> tuple[dict[int, frozenset[int]], str | None]:
     """For each learner cell, the statements `definitions_only` dropped that are to run all the same because what
     they may change is read by what runs: a kept statement or a kept function's body, or an exercise's name
     (`ACTIVATIONS.register("gelu_new", f)` then `gelu_new = ACTIVATIONS.get("gelu_new")`, `_install(SOURCE,
@@ -707,11 +732,10 @@ def _needed_actions(
     T.setdefault`) count as them. And where the exercise's names are still bound by nothing kept, every statement of
     its cell but a loop (`exercises`: cell -> the names). A loop stays under the loop rules (a training run).
 
-    One pass over the statements: each is read once, and each needed name wakes the statements that change it (a
-    chain of 900 statements each needed by the next took 204 s while every round re-read them all: round 20). Every
-    node read counts against the analysis's budget; past it, nothing more is kept."""
-    from instructor.dataflow import MAX_STEPS, _Budget, _derivations, _Spent, _with_sources
-
+    One pass: each statement is read once, and each needed name, once, wakes the statements that change it or what
+    was made from it (a chain of 900 statements, each needed by the next, took 204 s while every round re-read them
+    all: round 20). The cells' nodes and the links between names count against the analysis's budget; past it,
+    nothing more is kept, and the plan says so."""
     budget = _Budget(MAX_STEPS)
     keep: dict[int, set[int]] = {i: set() for i in trees}
 
@@ -728,8 +752,13 @@ def _needed_actions(
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     writes[stmt.name] = _global_writes(stmt, modules)
             _derivations(tree, modules, made_from, budget)
-        spaces = _namespaces(trees, made_from)
-        waiting: dict[str, list] = {}  # a name -> the statements that change it (or what it was made from)
+        derived: dict[str, set[str]] = {}  # a name -> the names made from it: changing one of those changes it
+        for name, sources in made_from.items():
+            budget.take(1 + len(sources))
+            for source in sources:
+                derived.setdefault(source, set()).add(name)
+        spaces = _namespaces(trees, derived)
+        waiting: dict[str, list] = {}  # a name -> the statements that change it
         todo = [name for tree in kept.values() for name in reads(tree)] + list(needed)
         for i, stmts in dropped.items():
             for stmt in stmts:
@@ -740,14 +769,16 @@ def _needed_actions(
                     keep[i].add(id(stmt))
                     todo += reads(stmt)
                     continue
-                for name in _with_sources(changes, made_from, budget):
+                for name in changes:
                     waiting.setdefault(name, []).append((i, stmt))
         seen: set[str] = set()
-        while todo:
+        while todo:  # each name once: a needed name wakes what changes it, and what was made from it is needed too
             name = todo.pop()
             if name in seen:
                 continue
             seen.add(name)
+            budget.take(1)
+            todo += derived.get(name, ())
             for i, stmt in waiting.pop(name, ()):
                 if id(stmt) not in keep[i]:
                     keep[i].add(id(stmt))
@@ -759,9 +790,11 @@ def _needed_actions(
         for i, names in exercises.items():
             if i in trees and not set(names) <= bound:
                 keep[i] |= {id(s) for s in dropped[i] if not isinstance(s, (ast.For, ast.AsyncFor, ast.While))}
-    except (_Spent, RecursionError, MemoryError, ValueError):
-        return {i: frozenset() for i in trees}
-    return {i: frozenset(ids) for i, ids in keep.items()}
+    except (_Spent, RecursionError, MemoryError, ValueError) as err:
+        why = "budget" if isinstance(err, _Spent) else type(err).__name__
+        note = f"the plan kept only definitions: its analysis of which other statements are needed stopped ({why})"
+        return {i: frozenset() for i in trees}, note
+    return {i: frozenset(ids) for i, ids in keep.items()}, None
 
 
 def defined_names(tree: ast.Module) -> list[str]:
@@ -845,24 +878,6 @@ def binds_and_uses(tree: ast.Module, modules: frozenset[str] = frozenset()) -> t
     top(tree.body)
     uses = global_uses(tree)
     return binds - _BUILTINS, uses - _BUILTINS
-
-
-def global_uses(tree: ast.Module) -> set[str]:
-    """Global names a cell reads: at top level, and inside its functions and classes (not their local names)."""
-    import symtable
-
-    def walk(table, out):
-        for sym in table.get_symbols():
-            if sym.is_referenced() and (table.get_type() == "module" or sym.is_global()):
-                out.add(sym.get_name())
-        for child in table.get_children():
-            walk(child, out)
-        return out
-
-    try:
-        return walk(symtable.symtable(ast.unparse(tree), "<cell>", "exec"), set())
-    except SyntaxError:
-        return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
 
 
 def _only_definitions(tree: ast.Module) -> bool:
@@ -999,9 +1014,11 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
         except (SyntaxError, RecursionError, MemoryError, ValueError, TypeError):
             parsed.pop(i, None)
     exercise_names = {i: solutions[ex]["names"] for i, ex in planned.items() if ex is not None}
-    kept_whole = (
-        _needed_actions(parsed, first, dropped_first, needed, exercise_names, learner_modules) if parsed else {}
+    kept_whole, note = (
+        _needed_actions(parsed, first, dropped_first, needed, exercise_names, learner_modules) if parsed else ({}, None)
     )
+    if note:
+        notes.append(note)
 
     def learner_step(learner_index: int, ex: str | None):
         text = cell_source(learner_nb["cells"][learner_index])

@@ -1398,6 +1398,10 @@ def test_definitions_only_keeps_what_an_assignment_binds_however_it_is_written()
     assert cls.forward is cls.extra_repr is namespace["_f"] and cls.eps == 1e-5
     assert "print" not in ast.unparse(tree) and "assert" not in ast.unparse(tree) and "train" not in ast.unparse(tree)
     assert "q" not in namespace  # a comprehension's walrus binds only when the comprehension runs
+    # a walrus that may not run where it is is not lifted: `f` would be called where the cell never called it
+    code = "print(OK and (k := f()))\nprint((m := f()) if OK else 0)\nprint(0 if (n := 1) else 2)\n"
+    lifted, _ = definitions_only(ast.parse(code))
+    assert ast.unparse(lifted) == "n = 1", ast.unparse(lifted)
     assert len(dropped) == 5, dropped  # the print, the assert, the if, `other.x = ...` and the second print
 
 
@@ -1448,9 +1452,11 @@ def test_the_plan_keeps_an_action_whose_change_a_kept_definition_reads():
         assert found is not None and found(3) == 3, case
     actions = "print(gelu_new(1))\nimport torch\ntorch.allclose = None\nmodel = object()\ntrain(model)\n"
     actions += "for _ in range(3):\n    train(gelu_new)\n"
+    # magics become `get_ipython()` calls, which name no namespace: a timed training run stays dropped
+    actions += "%timeit train(model)\n!pip install nothing\n"
     nb = set_source(copy.deepcopy(sol), "gelu_new", "def gelu_new(x):\n    return x\n\n\n" + actions)
     step = next(s for s in build_plan(sol, nb, notebook)["steps"] if s.get("exercise") == "gelu_new")
-    assert len(step["dropped"]) == 4, step["dropped"]
+    assert len(step["dropped"]) == 6, step["dropped"]
 
 
 def test_the_plans_dataflow_reads_each_statement_once(monkeypatch):
@@ -1473,6 +1479,17 @@ def test_the_plans_dataflow_reads_each_statement_once(monkeypatch):
     steps = [s for s in build_plan(sol, nb, LN)["steps"] if s["kind"] == "learner" and s["exercise"] is None]
     assert len(steps) == 1 and len(steps[0]["dropped"]) == 1, steps[0]["dropped"]  # only the literal
     assert len(calls) <= n + 10, len(calls)
+    # ... and each name is followed once: 3,000 names each made from the one before, each changed, read through
+    # the first (each statement following the whole chain again takes 4.5 million steps, past the budget)
+    n = 3000
+    chain = "class Box:\n    def put(self, value):\n        self.value = value\n"
+    chain += "a_0 = Box()\n" + "".join(f"a_{i} = a_{i - 1}\n" for i in range(1, n + 1))
+    chain += "".join(f"a_{i}.put({i})\n" for i in range(n + 1))
+    chain += "def _reads_chain():\n    return a_0\n"
+    nb = insert_after(copy.deepcopy(sol), "layernorm", chain)
+    plan = build_plan(sol, nb, LN)
+    steps = [s for s in plan["steps"] if s["kind"] == "learner" and s["exercise"] is None]
+    assert not steps[0]["dropped"] and not any("stopped" in note for note in plan["notes"]), plan["notes"]
 
 
 def test_plan_finds_the_exercises_and_leaves_the_tests_out():

@@ -213,6 +213,11 @@ def test_every_padding_probe_runs_on_both_shapes_with_their_own_pad_ids(tmp_path
             assert first["config"]["pad_id"] != twin["config"]["pad_id"], (first["config"], twin["config"])
         if probe.script in ("padding_appended", "encode_decode", "decode_once"):
             assert f"p{judge.TWIN + i}" in probes, (i, probe.script)
+    # 07's padded transformer draws its pad id for each probe: it runs on both shapes too
+    prepared = judge.prepare("07_sampling_and_kv_cache", tmp_path / "job07")
+    probes = {p["name"] for p in json.loads((prepared.folder / "request.json").read_text())["probes"]}
+    padded = [i for i, probe in enumerate(judge.PROBES["07_sampling_and_kv_cache"]) if probe.script == "padded_steps"]
+    assert padded and all(f"p{judge.TWIN + i}" in probes for i in padded), padded
 
 
 def test_notebooks_without_probes_are_not_judged(tmp_path):
