@@ -153,6 +153,7 @@ class FeedbackExporter(HTMLExporter):
 
     def from_notebook_node(self, nb, resources=None, **kw):
         self._tags_left, self._markdown_left = PAGE_TAGS, PAGE_MARKDOWN_CHARS
+        self.filters = {**self.filters, "highlight_code": self._highlighter(nb)}
         nb = copy.deepcopy(nb)
         for cell in nb.get("cells", []):  # markup a cell's run produced: framed as the submission's, as below
             for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else ():
@@ -161,6 +162,23 @@ class FeedbackExporter(HTMLExporter):
                     if isinstance(data.get(mime), str):
                         data[mime] = _OUTPUT + data[mime]
         return super().from_notebook_node(nb, resources, **kw)
+
+    def _highlighter(self, nb):
+        """nbconvert's code highlighting, but a cell's code longer than MARKDOWN_CHARS is shown as text, its first
+        MARKDOWN_CHARS characters: highlighting a cell that held a 250,000-element list took the page past its 60 s
+        (red-team round 20; the learner got a stand-in page)."""
+        from nbconvert.filters.highlight import Highlight2HTML
+
+        info = nb.get("metadata", {}).get("language_info", {})
+        highlight = Highlight2HTML(pygments_lexer=info.get("pygments_lexer", info.get("name")), parent=self)
+
+        def highlight_code(source, *args, **kwargs):
+            if len(source) <= MARKDOWN_CHARS:
+                return highlight(source, *args, **kwargs)
+            cut = f"[{len(source) - MARKDOWN_CHARS:,} more characters not shown]"
+            return f"<pre>{escape(source[:MARKDOWN_CHARS])}\n{cut}</pre>"
+
+        return highlight_code
 
     def _clean(self, html) -> str:
         html = html.decode() if isinstance(html, bytes) else str(html)

@@ -129,12 +129,13 @@ def _feedback_page(
     whole: bool = True,
     attachments: dict | None = None,
     outputs: list | None = None,
+    code: str = "show()",
 ) -> str:
     """A real feedback page of a learner's 01_layernorm: nbgrader's feedback template, as `GenerateFeedback` sets it
     up, and the course's feedback preprocessors, but the scores that `GetGrades` would read from a gradebook. The
     learner's `markdown` cells come after the first (the first of them with `attachments`); `sanitize=False` turns
     `learner_html` off (the policy alone); `whole=False` keeps only the notebook's first cell; `outputs`, those of a
-    code cell at the end."""
+    code cell at the end, whose source is `code`."""
     import nbformat
     from nbconvert import HTMLExporter
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
@@ -164,7 +165,7 @@ def _feedback_page(
     if attachments:
         nb.cells[1].attachments = attachments
     if outputs:
-        nb.cells.append(new_code_cell("show()", outputs=outputs))
+        nb.cells.append(new_code_cell(code, outputs=outputs))
     error = new_output("error", ename="AssertionError", evalue="the mean is not 0", traceback=["AssertionError"])
     nb.cells.append(
         new_code_cell("layernorm(x)", outputs=[error, new_output("display_data", data={"text/html": OUTPUT})])
@@ -331,6 +332,23 @@ def test_markdown_too_long_is_shown_as_text():
     cell = "word " * (MARKDOWN_CHARS // 5 - 1)
     page = _feedback_page(True, (cell,) * (PAGE_MARKDOWN_CHARS // len(cell) + 2) + (LAST,), whole=False)
     assert page.count("past a page's markdown") >= 2 and LAST in page
+
+
+def test_code_too_long_is_shown_as_text():
+    """Highlighting one cell that held a 250,000-element list took a feedback page past its 60 s, and the learner got
+    a stand-in (red-team round 20): a cell's code longer than MARKDOWN_CHARS is shown as text, its start only; short
+    code is highlighted as before."""
+    from nbformat.v4 import new_output
+
+    from instructor.offline_html import MARKDOWN_CHARS
+
+    source = "x = [" + "0, " * 250_000 + "]"
+    start = time.perf_counter()
+    page = _feedback_page(True, (LAST,), whole=False, outputs=[new_output("stream", text="ok")], code=source)
+    assert time.perf_counter() - start < 30
+    assert f"[{len(source) - MARKDOWN_CHARS:,} more characters not shown]" in page and LAST in page
+    assert len(page) < 2 * MARKDOWN_CHARS + 500_000
+    assert '<span class="n">layernorm</span>' in page  # the short cell after it, highlighted
 
 
 def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, monkeypatch):
