@@ -62,11 +62,14 @@ def cells_to_run(cells: list) -> set[int]:
     sets a module's settings or attributes, writes a file or changes the process (`torch.set_default_dtype`,
     `open(p, "w")`, `os.chdir`) always runs; a seed only changes which numbers are drawn next. A cell with a magic,
     one the parser cannot take, or one that reads names dynamically (`globals()`, `exec`, `sys`, `global`, a star
-    import) makes every cell up to the last graded one run, as does a notebook too big to analyse quickly.
+    import) makes every cell up to the last graded one run, as does a notebook too big to analyse quickly
+    (`MAX_CODE_CHARS`, `MAX_STATEMENTS`, `MAX_STEPS`).
     """
     code = [i for i, cell in enumerate(cells) if cell.cell_type == "code"]
     last = max((i for i in code if _is_grade(cells[i])), default=-1)
     everything = {i for i in code if i <= last}
+    if sum(len(cells[i].source) for i in everything) > MAX_CODE_CHARS:
+        return everything
     trees = {}
     for i in sorted(everything):
         try:  # plain Python only: a magic (`%time f(x)`) holds code as a string, whose names are not seen
@@ -82,6 +85,9 @@ def cells_to_run(cells: list) -> set[int]:
 
 
 MAX_STATEMENTS = 5000  # a notebook's top-level statements past which every cell runs
+# ... and characters of code: reading a cell is linear in its size but slow (a 6 MB list literal took 43 s of the
+# nbgrader worker's time before any cell ran, outside any bound); the course's largest notebook has 40,000
+MAX_CODE_CHARS = 1_000_000
 # Steps of the analysis (links between names recorded, and followed) past which every cell runs. Its cost is not
 # linear in the statements: one `(a0, ..., aN) = (b0, ..., bN)` links every name to every other, and each course
 # cell that may change a name follows the links; such a cell held an nbgrader worker 171 s, outside the sandbox,

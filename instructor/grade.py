@@ -148,6 +148,10 @@ SLOW_NOTEBOOK = 120.0
 # own for at most this long: nothing in a notebook holds the batch (a cell of 499 `%time` lines made IPython's
 # transformer quadratic here, and held every student's grading for two minutes: red-team round 11)
 PREPARE_TIMEOUT = 60.0
+# ... and all of one student's notebooks together, for each of those two steps: they run one after another before
+# any grading starts, so a notebook that takes its whole minute to plan held every student's grading that long (two
+# such notebooks held a batch 123 s: red-team round 20); a student's ten honest notebooks take about 5 s
+STUDENT_PREPARE_SECONDS = 60.0
 
 
 def _why(err: BaseException) -> str:
@@ -503,6 +507,7 @@ class Grader:
                     "reason": "; ".join(notes[:5]) or "the folder holds no course notebook",
                 }
             )
+        spent = 0.0  # seconds normalising this student's notebooks took (STUDENT_PREPARE_SECONDS)
         for name in wanted:
             if name not in found:
                 continue
@@ -510,9 +515,15 @@ class Grader:
             if student != (self.job_student or folder.name) and not any("map to the same id" in f for f in flags):
                 flags.append(f"student folder {folder.name!r} graded as {student!r}")
             release = read_json(self.course / "release" / name / f"{name}.ipynb")
+            left = STUDENT_PREPARE_SECONDS - spent
+            if left <= 0:
+                why = f"not read: this student's notebooks took the {STUDENT_PREPARE_SECONDS:.0f} s that normalising"
+                self.skipped.append({"student": student, "notebook": name, "reason": f"{why} a student's may take"})
+                continue
+            started = time.monotonic()
             try:
                 learner = read_submission(found[name])
-                text, norm_flags = bounded(_normalised, learner, release, name, timeout=PREPARE_TIMEOUT)
+                text, norm_flags = bounded(_normalised, learner, release, name, timeout=min(PREPARE_TIMEOUT, left))
             except Unreadable as err:
                 self.skipped.append({"student": student, "notebook": name, "reason": str(err)})
                 continue
@@ -525,18 +536,28 @@ class Grader:
                     }
                 )
                 continue
+            finally:
+                spent += time.monotonic() - started
             path = self.course / "submitted" / student / name / f"{name}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             self.items.append(Item(student, name, path, flags + norm_flags))
 
     def write_plans(self) -> None:
+        spent: dict[str, float] = {}  # seconds planning each student's notebooks took (STUDENT_PREPARE_SECONDS)
         for item in self.items:
             folder = self.course / "judge" / item.student
             folder.mkdir(parents=True, exist_ok=True)
             source = read_json(Path(self.args.solutions) / f"{item.notebook}.ipynb")
+            left = STUDENT_PREPARE_SECONDS - spent.get(item.student, 0.0)
+            started = time.monotonic()
             try:
-                plan = bounded(build_plan, source, read_json(item.path), item.notebook, timeout=PREPARE_TIMEOUT)
+                if left <= 0:
+                    raise TimeoutError(
+                        f"this student's notebooks took the {STUDENT_PREPARE_SECONDS:.0f} s planning allows"
+                    )
+                timeout = min(PREPARE_TIMEOUT, left)
+                plan = bounded(build_plan, source, read_json(item.path), item.notebook, timeout=timeout)
                 text = json.dumps(plan, indent=1)
             except Exception as err:  # noqa: BLE001 - RecursionError on a deep expression, a time-out: this notebook
                 message = f"the judge could not plan this notebook ({_why(err)[:200]})"
@@ -544,6 +565,8 @@ class Grader:
                 item.probed = {"wall": 0.0, "failed": message}
                 item.judged = judge.no_result(item.notebook, message)
                 continue
+            finally:
+                spent[item.student] = spent.get(item.student, 0.0) + time.monotonic() - started
             item.flags += plan["notes"]
             (folder / f"{item.notebook}.plan.json").write_text(text)
 

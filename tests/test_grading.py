@@ -1115,6 +1115,16 @@ def test_the_analysis_of_which_cells_run_is_bounded():
         ("test", "check(model)"),
     )
     assert skipped == [] and time.perf_counter() - start < 30
+    # ... and a notebook of more code than MAX_CODE_CHARS is not read at all: every cell runs (a 6 MB list took 43 s)
+    literal = "x = [" + "0, " * (dataflow.MAX_CODE_CHARS // 3) + "]"
+    start = time.perf_counter()
+    skipped = _skipped(
+        ("given", "import torch\nmodel = torch.nn.Linear(2, 2)"),
+        ("learner", literal),
+        ("given", "y = torch.randn(3)\nprint(y.sum())"),
+        ("test", "check(model)"),
+    )
+    assert skipped == [] and time.perf_counter() - start < 5
     for path in sorted(SOLUTIONS_DIR.glob("*.ipynb")):
         solution_nb = read_json(path)
         nb = nbformat.from_dict(normalise(solution_nb, solution_nb, path.stem)[0])
@@ -1851,6 +1861,32 @@ def test_probes_far_slower_than_the_notebook_are_flagged():
     assert item.flags == [
         f"nbgrader's run of this notebook took 171 s (the course's own notebooks take well under {SLOW_NOTEBOOK:.0f} s)"
     ]
+
+
+def test_one_students_notebooks_hold_the_batch_a_bounded_time(tmp_path, monkeypatch):
+    """Planning runs for one notebook after another before any grading starts: two notebooks that each took their
+    whole minute held a batch 123 s (red-team round 20). All of one student's notebooks together get
+    STUDENT_PREPARE_SECONDS; past it, the rest are not planned, and say why; another student's are."""
+    from types import SimpleNamespace
+
+    from instructor import grade
+
+    def slow_plan(source, nb, name):
+        time.sleep(0.4)
+        return {"notes": [], "steps": []}
+
+    monkeypatch.setattr(grade, "build_plan", slow_plan)
+    monkeypatch.setattr(grade, "STUDENT_PREPARE_SECONDS", 1.0)
+    path = tmp_path / f"{LN}.ipynb"
+    path.write_text(json.dumps(solution(LN)))
+    items = [grade.Item("slow", LN, path) for _ in range(4)] + [grade.Item("other", LN, path)]
+    grader = SimpleNamespace(course=tmp_path / "course", args=SimpleNamespace(solutions=str(REPO_ROOT / "solutions")))
+    grader.items = items
+    start = time.perf_counter()
+    grade.Grader.write_plans(grader)
+    assert time.perf_counter() - start < 4.0
+    assert [bool(item.flags) for item in items] == [False, False, True, True, False], [i.flags for i in items]
+    assert "planning allows" in items[3].flags[0], items[3].flags
 
 
 def test_tags_are_single_words_and_text_is_always_encodable():
