@@ -42,13 +42,16 @@ TRANSPARENT_CELL_MAGICS = {"time", "capture"}
 # IPython's transformer reads a cell again for each magic it rewrites (quadratic: 499 `%time` lines in a 20 kB cell
 # held the grader two minutes); a cell with more is read as one the parser cannot take
 MAX_MAGICS = 64
+# The lines it rewrites: a magic or shell escape, one assigned (`x = %pwd`, `x = !ls`), an autocall escape (`/f x`,
+# `,f a`, `;f a`), help (`x?`): 450 assigned magics, which were not counted, held the batch 2 x 60 s (round 21)
+_REWRITTEN = r"^\s*[%!]|^[^#\n'\"]*=\s*[%!]|^\s*[/,;][A-Za-z_]\w*[ \t]|\?\s*$"
 
 
 @functools.lru_cache(maxsize=1024)
 def ipython_to_python(source: str) -> str:
     """Cell source as plain Python (`%magic` and `!shell` lines become `get_ipython()` calls; the body of a cell
     under `%%time` or `%%capture` is the cell's code)."""
-    magics = len(re.findall(r"^\s*[%!]|\?\s*$", source, flags=re.MULTILINE))
+    magics = len(re.findall(_REWRITTEN, source, flags=re.MULTILINE))
     if not magics:
         return source
     if magics > MAX_MAGICS:
@@ -513,6 +516,29 @@ def _bounded(loop: ast.For | ast.While) -> list[ast.stmt]:
     return at(ast.parse(f"{_STEP_COUNTER} = 0").body, loop) + [loop]
 
 
+class _Names:
+    """A set of names seen through the enclosing bodies' sets: a body adds its own without copying theirs (copying
+    them for every statement made planning quadratic in a cell's assignments: 80,000 `vN = N` lines held the batch
+    past the 60 s bound, red-team round 21)."""
+
+    __slots__ = ("names", "outer")
+
+    def __init__(self, outer=frozenset(), names=()):
+        self.outer, self.names = outer, set(names)
+
+    def __contains__(self, name) -> bool:
+        return name in self.names or name in self.outer
+
+    def __ior__(self, names):
+        self.names |= set(names)
+        return self
+
+    def __or__(self, other):
+        return _Names(self, other)
+
+    __ror__ = __or__
+
+
 def _definitions_in(
     body: list[ast.stmt],
     dropped: list[ast.stmt],
@@ -530,8 +556,8 @@ def _definitions_in(
     which this one may fill in; `tables`: those bound to a literal table, which a loop may walk."""
     kept = []
     definers = set()  # functions of this body that only define globals (`_only_defines_globals`)
-    data = set(data)  # names this body binds to values of its own (`C = {}`), which it may then fill in
-    tables = set(tables)  # names this body binds to a literal table (`PAIRS = [("a", 1)]`), which a loop may walk
+    data = _Names(data)  # names this body binds to values of its own (`C = {}`), which it may then fill in
+    tables = _Names(tables)  # names this body binds to a literal table (`PAIRS = [("a", 1)]`), which a loop may walk
     for stmt in body:
         if id(stmt) in keep:  # what a kept definition reads may depend on it (`_needed_actions`)
             kept.append(stmt)
@@ -542,7 +568,7 @@ def _definitions_in(
         if _writes_a_file(stmt) or _calls_a_definer(stmt, definers):
             kept.append(stmt)
             continue
-        if _is_definition(stmt, own, frozenset(data)) or _fills_own_data(stmt, data):
+        if _is_definition(stmt, own, data) or _fills_own_data(stmt, data):
             kept.append(stmt)
             if _only_defines_globals(stmt):
                 definers.add(stmt.name)
@@ -579,9 +605,7 @@ def _definitions_in(
             }
             for field in fields:
                 if hasattr(node, field):
-                    part = _definitions_in(
-                        getattr(stmt, field), inner, own, frozenset(data | bound), frozenset(tables), modules, keep
-                    )
+                    part = _definitions_in(getattr(stmt, field), inner, own, _Names(data, bound), tables, modules, keep)
                     setattr(node, field, part or ([ast.Pass()] if field == "body" else []))
             if isinstance(stmt, (ast.Try, ast.TryStar)) and len(node.body) != len(stmt.body):
                 # an action dropped from a `try` body could have raised and sent the code to a handler: without
@@ -591,15 +615,13 @@ def _definitions_in(
             if isinstance(stmt, ast.Match):  # a definition chosen by a `case`, as by an `if`
                 node.cases = [copy.copy(case) for case in stmt.cases]
                 for case in node.cases:
-                    case.body = _definitions_in(
-                        case.body, inner, own, frozenset(data), frozenset(tables), modules, keep
-                    ) or [ast.Pass()]
+                    case.body = _definitions_in(case.body, inner, own, data, tables, modules, keep) or [ast.Pass()]
             if isinstance(stmt, (ast.Try, ast.TryStar)):
                 node.handlers = [copy.copy(h) for h in stmt.handlers]
                 for handler in node.handlers:
-                    handler.body = _definitions_in(
-                        handler.body, inner, own, frozenset(data), frozenset(tables), modules, keep
-                    ) or [ast.Pass()]
+                    handler.body = _definitions_in(handler.body, inner, own, data, tables, modules, keep) or [
+                        ast.Pass()
+                    ]
             idle = (ast.Pass,) if isinstance(stmt, ast.If) else (ast.Pass, ast.Break, ast.Continue)
             defines = any(not isinstance(n, idle) for n in ast.walk(node) if isinstance(n, ast.stmt) and n is not node)
             if isinstance(stmt, ast.For) and not _only_fills(node.body + node.orelse):

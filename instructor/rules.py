@@ -106,6 +106,12 @@ TORCH_INTERNAL_IMPLEMENTATIONS = (
             "torch/ao",
             # vendored kernels' packages, with reference implementations in Python (`layernorm_rstd_ref`)
             "torch/_vendor/quack",
+            # tensor subclasses' Python implementations of aten operators, over other operators: the jagged nested
+            # tensor's `native_layer_norm_default` normalises over its ragged dimension with sum, square and sqrt,
+            # and one "sequence" per position made it a layer norm that no norm operator ran (full marks in 01,
+            # red-team round 21); masked tensors' reductions and normalisations likewise
+            "torch/nested/_internal",
+            "torch/masked",
         )
     ),
     *(

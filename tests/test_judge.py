@@ -2131,6 +2131,7 @@ LAYERNORM_BY_ANOTHER_NAME = {
     "torch's reference implementation": "__import__('torch._refs')._refs.native_layer_norm(residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "torch's decomposition table": "__import__('torch._decomp')._decomp.decomposition_table[torch.ops.aten.native_layer_norm.default](residual, [self.cfg.d_model], self.w, self.b, self.cfg.layer_norm_eps)[0]",
     "a quantized tensor's layer norm (another namespace)": "torch.ops.quantized.layer_norm(torch.quantize_per_tensor(residual.detach(), float(residual.abs().max()) / 2**30, 0, torch.qint32), [self.cfg.d_model], self.w.detach(), self.b.detach(), self.cfg.layer_norm_eps, 64.0 / 2**30, 0).dequantize()",
+    "a jagged nested tensor's layer norm over its ragged dimension": "(lambda njt: __import__('torch.nested._internal.ops').nested._internal.ops.native_layer_norm_default(torch.ops.aten.native_layer_norm.default, njt, [njt.shape[1], 1], None, None, self.cfg.layer_norm_eps)[0])(__import__('torch.nested._internal.nested_tensor').nested._internal.nested_tensor.nested_view_from_values_offsets(residual.reshape(-1, 1), torch.arange(0, residual.numel() // self.cfg.d_model + 1) * self.cfg.d_model))._values.reshape(residual.shape) * self.w + self.b",
     "TransformerLens's own LayerNorm": "__import__('transformer_lens').components.LayerNorm({'d_model': self.cfg.d_model, 'eps': self.cfg.layer_norm_eps, 'dtype': torch.float32, 'd_vocab': 1, 'n_ctx': 1, 'd_head': 1, 'n_layers': 1, 'act_fn': 'relu'})(residual) * self.w + self.b",
 }
 
