@@ -1898,14 +1898,16 @@ def test_one_students_notebooks_hold_the_batch_a_bounded_time(tmp_path, monkeypa
     monkeypatch.setattr(grade, "STUDENT_PREPARE_SECONDS", 1.0)
     path = tmp_path / f"{LN}.ipynb"
     path.write_text(json.dumps(solution(LN)))
-    items = [grade.Item("slow", LN, path) for _ in range(4)] + [grade.Item("other", LN, path)]
+    items = [grade.Item("slow", LN, path) for _ in range(5)] + [grade.Item("other", LN, path)]
     grader = SimpleNamespace(course=tmp_path / "course", args=SimpleNamespace(solutions=str(REPO_ROOT / "solutions")))
     grader.items = items
     start = time.perf_counter()
     grade.Grader.write_plans(grader)
-    assert time.perf_counter() - start < 4.0
-    assert [bool(item.flags) for item in items] == [False, False, True, True, False], [i.flags for i in items]
-    assert "planning allows" in items[3].flags[0], items[3].flags
+    # each plan takes 0.4 s or its time-out, whichever is less: by the fourth the student's second is spent, however
+    # busy the machine (the second and third may be planned or cut off)
+    assert time.perf_counter() - start < 10
+    assert not items[0].flags and not items[5].flags, (items[0].flags, items[5].flags)
+    assert all("planning allows" in item.flags[0] for item in items[3:5]), [i.flags for i in items]
 
 
 def test_tags_are_single_words_and_text_is_always_encodable():
