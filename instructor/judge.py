@@ -2112,6 +2112,14 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
     allowed = batch / ids + math.sqrt(batch * math.log(1 / RANDOM_FAILURE) / 2)
     if repeats > allowed:
         return f"{repeats} of {batch} segments start with the same token twice (independent draws: about {batch / ids:.0f})"
+    # Each value as often as uniform draws make it: ids and periods drawn with a rounding bug (the ends half as
+    # often) or skewed on purpose passed every rule above (red-team round 22)
+    drawn = torch.cat([body[r, : int(periods[r])] for r in range(batch)])
+    why = _uneven(torch.bincount(drawn - 1, minlength=ids).tolist(), 1, "segment ids")
+    if why is None and n_periods > 1:
+        why = _uneven(torch.bincount(periods - lo, minlength=n_periods).tolist(), lo, "periods")
+    if why is not None:
+        return why
     # Independent uniform draws make the step from one token to the next (mod the number of values) uniform too;
     # counting runs (1, 2, 3...) or periods that cycle row by row make it one value (red-team round 9).
     pairs = [(int(body[r, j]), int(body[r, j + 1])) for r in range(batch) for j in range(int(periods[r]) - 1)]
@@ -2120,6 +2128,28 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
         rows = [(int(periods[r]), int(periods[r + 1])) for r in range(batch - 1)]
         why = _one_step(rows, n_periods, "the periods of consecutive rows")
     return why
+
+
+def _uneven(counts: list[int], first: int, what: str) -> str | None:
+    """Why counts of independent draws from k values are not uniform: one value drawn so far from 1/k of the time
+    that uniform draws do so with probability below RANDOM_FAILURE. Chernoff's bound: a count at a fraction q of n
+    draws, or further from 1/k, has probability at most exp(-n KL(q || 1/k)), doubled for the two sides and summed
+    over the k values."""
+    n, k = sum(counts), len(counts)
+    if n == 0 or k < 2:
+        return None
+    p = 1 / k
+
+    def kl(q: float) -> float:
+        return sum(a * math.log(a / b) for a, b in ((q, p), (1 - q, 1 - p)) if a > 0)
+
+    for value, count in enumerate(counts):
+        if n * kl(count / n) > math.log(2 * k / RANDOM_FAILURE):
+            return (
+                f"{what}: {first + value} drawn {count} times in {n} draws, where uniform draws over {k} values give "
+                f"about {n / k:.0f}: draw each value equally often (the generator's randint over the whole range)"
+            )
+    return None
 
 
 def _one_step(pairs: list[tuple[int, int]], k: int, what: str) -> str | None:

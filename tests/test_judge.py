@@ -1167,6 +1167,18 @@ SEGMENT_MISTAKES = {
         "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
         "segments = torch.randint(1, d_vocab, (batch, 1), generator=generator).expand(batch, max_period)",
     ),
+    # red-team round 22: a rounding bug (each range's ends half as often) and a deliberate skew passed every rule
+    "segment ids:": (
+        "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
+        "segments = (1 + torch.rand(batch, max_period, generator=generator) * (d_vocab - 2)).round().long()",
+    ),
+    "periods:": (
+        "periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)",
+        (
+            "periods = torch.where(torch.rand(batch, generator=generator) < 0.3, max_period, "
+            "torch.randint(min_period, max_period + 1, (batch,), generator=generator))"
+        ),
+    ),
     "does not repeat with its period": (
         "index = torch.arange(n_ctx - 1)[None, :] % periods[:, None]",
         "index = torch.arange(n_ctx - 1)[None, :] % max_period + 0 * periods[:, None]",
