@@ -187,6 +187,9 @@ def run_probe_plan(
             remove_tree(scratch)
         if out_dir is not None:
             kept |= _read_files(out_dir, phase_files(index))
+            errors_name = phase_files(index)[1]
+            if status and errors_name not in kept:  # it ended before writing: each of its probes says how
+                kept[errors_name] = json.dumps({name: _ended(status) for name in names}).encode()
             if mounted:
                 from instructor.sandbox import _libc
 
@@ -219,6 +222,18 @@ def _no_feeder(name: str):
     from instructor.probe_runner import ProbeError
 
     raise ProbeError("the judge's feeder for this phase could not start: its inputs were not served")
+
+
+def _ended(status: int) -> str:
+    """A probe's error when its phase's process ended before writing anything (`os.waitpid`'s status)."""
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        # the memory limit's kill: the record keeps every operator a probe runs, so a Python loop over each token
+        # of the sampling probes' 8,000 rows took gigabytes (an honest top_p_filter lost 07's 35 points: round 22)
+        return (
+            "its process was killed before it wrote any output, most likely at its memory limit: the judge records "
+            "every operation a probe runs, so loop over rows or tokens with tensor operations, not in Python"
+        )
+    return f"its process ended (status {status}) before it wrote any output"
 
 
 def _read_files(folder: str, names, limit: int = 64 << 20) -> dict[str, bytes]:

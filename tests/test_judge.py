@@ -3696,6 +3696,30 @@ def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_out
     assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
 
 
+def test_a_phase_killed_before_it_wrote_says_how_it_ended():
+    """A phase killed by its memory limit wrote nothing, and each of its probes said only "no output returned" (an
+    honest top_p_filter that looped over every token in Python took gigabytes under the record and lost 07's 35
+    points: red-team round 22). The phases' runner, which runs no learner code, now writes why for each of its
+    probes."""
+    import tempfile
+
+    quotes = "'" * 3
+    start, end = FORGED_PHASE.index(f"cheat = {quotes}"), FORGED_PHASE.index(f"{quotes}.replace(")
+    killer = f"cheat = {quotes}\nimport os, signal\n\n\ndef gelu_new(x):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    script = FORGED_PHASE[:start] + killer + FORGED_PHASE[end:]
+    top = Path(tempfile.mkdtemp(prefix="killed-phase-"))
+    try:
+        os.chmod(top, 0o755)
+        scratch = top / "home"
+        scratch.mkdir()
+        os.chmod(scratch, 0o777)
+        verdicts = json.loads(child_says(script, str(top / "job"), str(scratch)))
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    message = verdicts["test_gelu_new"]["message"]
+    assert not verdicts["test_gelu_new"]["passed"] and "killed before it wrote any output" in message, verdicts
+
+
 # The same end to end, as the probe child runs it: the feeder forked with its report's pipe (`template._fed_probes`),
 # each phase confined to a uid of its own with the feeder's socket only, the runner writing the counts once every
 # phase has ended. A decoder that re-encodes every step and forges every record it can reach (the stand-in's counter,
