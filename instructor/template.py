@@ -187,9 +187,8 @@ def run_probe_plan(
             remove_tree(scratch)
         if out_dir is not None:
             kept |= _read_files(out_dir, phase_files(index))
-            errors_name = phase_files(index)[1]
-            if status and errors_name not in kept:  # it ended before writing: each of its probes says how
-                kept[errors_name] = json.dumps({name: _ended(status) for name in names}).encode()
+            if status:  # it ended before its last write: each probe it had not written says how
+                _say_ended(kept, phase_files(index), names, status)
             if mounted:
                 from instructor.sandbox import _libc
 
@@ -234,6 +233,27 @@ def _ended(status: int) -> str:
             "every operation a probe runs, so loop over rows or tokens with tensor operations, not in Python"
         )
     return f"its process ended (status {status}) before it wrote any output"
+
+
+def _say_ended(kept: dict, files: tuple[str, str], names, status: int) -> None:
+    """Into a phase's errors file, for each of its probes with neither an output nor an error in what it wrote
+    last (`probe_runner.CHECKPOINT_SECONDS`), how its process ended."""
+    outputs_name, errors_name = files
+    try:
+        errors = json.loads(kept.get(errors_name) or b"{}")
+        errors = errors if isinstance(errors, dict) else {}
+    except ValueError:
+        errors = {}
+    done = set(errors)
+    data = kept.get(outputs_name) or b""
+    try:
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + size]) if 0 < size <= len(data) - 8 else {}
+        done |= {key.split(".")[0] for key in header if isinstance(key, str)}
+    except ValueError:
+        pass
+    errors.update({name: _ended(status) for name in names if name not in done})
+    kept[errors_name] = json.dumps(errors).encode()
 
 
 def _read_files(folder: str, names, limit: int = 64 << 20) -> dict[str, bytes]:

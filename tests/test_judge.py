@@ -3696,28 +3696,44 @@ def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_out
     assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
 
 
-def test_a_phase_killed_before_it_wrote_says_how_it_ended():
+def test_a_phase_killed_keeps_what_it_had_written_and_says_how_it_ended():
     """A phase killed by its memory limit wrote nothing, and each of its probes said only "no output returned" (an
     honest top_p_filter that looped over every token in Python took gigabytes under the record and lost 07's 35
-    points: red-team round 22). The phases' runner, which runs no learner code, now writes why for each of its
-    probes."""
+    points: red-team round 22). A phase now writes what its probes returned as it goes, so the probes done before
+    the kill keep their outputs, and the phases' runner, which runs no learner code, says why the rest have none."""
     import tempfile
 
     quotes = "'" * 3
     start, end = FORGED_PHASE.index(f"cheat = {quotes}"), FORGED_PHASE.index(f"{quotes}.replace(")
-    killer = f"cheat = {quotes}\nimport os, signal\n\n\ndef gelu_new(x):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
-    script = FORGED_PHASE[:start] + killer + FORGED_PHASE[end:]
+    killer = (
+        f"cheat = {quotes}\nimport math, os, signal, time\n_calls = []\n\n\ndef gelu_new(x):\n"
+        "    _calls.append(1)\n    if len(_calls) > 1:\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"    time.sleep({probe_runner.CHECKPOINT_SECONDS} + 0.5)\n"
+        "    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))\n"
+    )
+    tail = 'run_probe_plan({"steps": [step]}, 30, 240, request, confine)\n'
+    assert tail in FORGED_PHASE
+    report = (
+        tail + "written = []\nfor path in (prepared.folder / 'out').glob('outputs*.safetensors'):\n"
+        "    data = path.read_bytes()\n"
+        "    written += list(json.loads(data[8 : 8 + int.from_bytes(data[:8], 'little')]))\n"
+        "print(json.dumps({'verdicts': judge.verdicts(prepared), 'written': written}))\n"
+    )
+    script = (FORGED_PHASE[:start] + killer + FORGED_PHASE[end:]).split(tail)[0] + report
     top = Path(tempfile.mkdtemp(prefix="killed-phase-"))
     try:
         os.chmod(top, 0o755)
         scratch = top / "home"
         scratch.mkdir()
         os.chmod(scratch, 0o777)
-        verdicts = json.loads(child_says(script, str(top / "job"), str(scratch)))
+        said = json.loads(child_says(script, str(top / "job"), str(scratch)))
     finally:
         shutil.rmtree(top, ignore_errors=True)
+    verdicts = said["verdicts"]
     message = verdicts["test_gelu_new"]["message"]
     assert not verdicts["test_gelu_new"]["passed"] and "killed before it wrote any output" in message, verdicts
+    first = next(i for i, probe in enumerate(judge.PROBES["04_mlp_and_block"]) if probe.target == "gelu_new")
+    assert f"p{first}" in said["written"], said  # done before the kill: kept
 
 
 # The same end to end, as the probe child runs it: the feeder forked with its report's pipe (`template._fed_probes`),
