@@ -3679,18 +3679,23 @@ print(json.dumps(judge.verdicts(prepared)))
 """
 
 
-def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_outputs():
+def _phase_says(script: str):
+    """What `script` (FORGED_PHASE or a variant) prints, run with a job folder and a home `nobody` can use."""
     import tempfile
 
-    top = Path(tempfile.mkdtemp(prefix="forged-phase-"))  # pytest's own folders are closed to `nobody`
+    top = Path(tempfile.mkdtemp(prefix="phase-"))  # pytest's own folders are closed to `nobody`
     try:
         os.chmod(top, 0o755)
         scratch = top / "home"
         scratch.mkdir()
         os.chmod(scratch, 0o777)
-        verdicts = json.loads(child_says(FORGED_PHASE, str(top / "job"), str(scratch)))
+        return json.loads(child_says(script, str(top / "job"), str(scratch)))
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_phase_can_neither_kill_the_phases_runner_nor_forge_another_phases_outputs():
+    verdicts = _phase_says(FORGED_PHASE)
     assert verdicts["test_mlp"]["passed"] and verdicts["test_block"]["passed"], verdicts
     assert not verdicts["test_gelu_new"]["passed"], verdicts
     assert "forbids aten::gelu" in verdicts["test_gelu_new"]["message"], verdicts
@@ -3701,8 +3706,6 @@ def test_a_phase_killed_keeps_what_it_had_written_and_says_how_it_ended():
     honest top_p_filter that looped over every token in Python took gigabytes under the record and lost 07's 35
     points: red-team round 22). A phase now writes what its probes returned as it goes, so the probes done before
     the kill keep their outputs, and the phases' runner, which runs no learner code, says why the rest have none."""
-    import tempfile
-
     quotes = "'" * 3
     start, end = FORGED_PHASE.index(f"cheat = {quotes}"), FORGED_PHASE.index(f"{quotes}.replace(")
     killer = (
@@ -3719,16 +3722,7 @@ def test_a_phase_killed_keeps_what_it_had_written_and_says_how_it_ended():
         "    written += list(json.loads(data[8 : 8 + int.from_bytes(data[:8], 'little')]))\n"
         "print(json.dumps({'verdicts': judge.verdicts(prepared), 'written': written}))\n"
     )
-    script = (FORGED_PHASE[:start] + killer + FORGED_PHASE[end:]).split(tail)[0] + report
-    top = Path(tempfile.mkdtemp(prefix="killed-phase-"))
-    try:
-        os.chmod(top, 0o755)
-        scratch = top / "home"
-        scratch.mkdir()
-        os.chmod(scratch, 0o777)
-        said = json.loads(child_says(script, str(top / "job"), str(scratch)))
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
+    said = _phase_says((FORGED_PHASE[:start] + killer + FORGED_PHASE[end:]).split(tail)[0] + report)
     verdicts = said["verdicts"]
     message = verdicts["test_gelu_new"]["message"]
     assert not verdicts["test_gelu_new"]["passed"] and "killed before it wrote any output" in message, verdicts
