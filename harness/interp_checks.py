@@ -10,6 +10,7 @@ recomputed on the same input and the one that matches is named; when none matche
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 import torch
@@ -493,11 +494,24 @@ def induction_score_test(induction_scores) -> None:
 # Repeated-segment training data
 
 
+def _far_from_uniform(counts: list[int], k: int):
+    """(value, count, draws, k) for a value drawn further from 1/k of the time than k equally likely values would be
+    once in 10^9 draws (Chernoff's bound, both sides, every value), or None."""
+    counts = counts + [0] * (k - len(counts))
+    total = sum(counts)
+    for value, count in enumerate(counts):
+        q, p = count / total, 1 / k
+        divergence = (q * math.log(q / p) if q else 0.0) + ((1 - q) * math.log((1 - q) / (1 - p)) if q < 1 else 0.0)
+        if total * divergence > math.log(2 * k * 1e9):
+            return value, count, total, k
+    return None
+
+
 def repeated_segments_test(repeated_segments) -> None:
     """Checks `repeated_segments(batch, n_ctx, d_vocab, min_period, max_period, generator) -> (tokens, periods)`."""
     name = _name(repeated_segments, "repeated_segments")
     # two argument sets: every argument changes between them (a hard-coded one shows), a small vocabulary last
-    for batch, n_ctx, d_vocab, lo, hi in ((400, 40, 30, 3, 9), (300, 23, 7, 2, 5)):
+    for batch, n_ctx, d_vocab, lo, hi in ((4000, 40, 30, 3, 9), (3000, 23, 7, 2, 5)):
         call_text = f"{name}({batch}, {n_ctx}, {d_vocab}, {lo}, {hi}, generator)"
         out = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(0), what=call_text)
         if not (isinstance(out, tuple) and len(out) == 2):
@@ -555,6 +569,18 @@ def repeated_segments_test(repeated_segments) -> None:
                 f"{name} never used token{'s' if len(unused) > 1 else ''} {unused[:5]} in {batch} rows of "
                 f"{n_ctx} with d_vocab = {d_vocab}: the segments draw from every id 1..d_vocab-1."
             )
+        drawn = torch.cat([body[row, : int(periods[row])] for row in range(batch)])
+        for what, values, first in (("token", drawn, 1), ("period", periods, lo)):
+            odd = _far_from_uniform(
+                torch.bincount(values - first).tolist(), (d_vocab - 1, hi - lo + 1)[what == "period"]
+            )
+            if odd is not None:
+                value, count, total, k = odd
+                fail(
+                    f"{name} drew {what} {first + value} {count} times in {total} draws, where {k} equally likely "
+                    f"values give about {total / k:.0f}: every {what} in its range must be equally likely "
+                    "(rounding a scaled torch.rand, for one, draws the two ends of the range half as often)."
+                )
         again = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(0), what=call_text)
         other = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(1), what=call_text)
         if not torch.equal(again[0], tokens):

@@ -214,6 +214,9 @@ def _segments(mistake):
             periods = torch.randint(3, 10, (batch,), generator=g).clamp(max=max_period)
         low = {"bos_inside": 0, "skips_one": 2}.get(mistake, 1)
         segments = torch.randint(low, d_vocab, (batch, max_period), generator=g)
+        if mistake == "rounded":  # each range's two ends half as likely (red-team round 22: full marks in the judge)
+            segments = (1 + torch.rand(batch, max_period, generator=g) * (d_vocab - 2)).round().long()
+            periods = (min_period + torch.rand(batch, generator=g) * (max_period - min_period)).round().long()
         if mistake == "one_segment":
             segments = segments[:1].expand(batch, -1)
         length = n_ctx if mistake == "no_bos" else n_ctx - 1
@@ -238,6 +241,7 @@ def _segments(mistake):
         ("hard_coded_periods", ["never drew period 2"]),
         ("no_generator", ["same generator seed"]),
         ("tokens_only", ["pair (tokens, periods)"]),
+        ("rounded", ["must be equally likely", "half as often"]),
     ],
 )
 def test_repeated_segments_mistakes(mistake, phrases):
