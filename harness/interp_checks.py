@@ -494,15 +494,15 @@ def induction_score_test(induction_scores) -> None:
 # Repeated-segment training data
 
 
-def _far_from_uniform(counts: list[int], k: int):
+def _far_from_uniform(counts: list[int], k: int, rare: float = 1e-9):
     """(value, count, draws, k) for a value drawn further from 1/k of the time than k equally likely values would be
-    once in 10^9 draws (Chernoff's bound, both sides, every value), or None."""
+    with probability `rare` (Chernoff's bound, both sides, every value), or None. The judge uses it too."""
     counts = counts + [0] * (k - len(counts))
     total = sum(counts)
     for value, count in enumerate(counts):
         q, p = count / total, 1 / k
         divergence = (q * math.log(q / p) if q else 0.0) + ((1 - q) * math.log((1 - q) / (1 - p)) if q < 1 else 0.0)
-        if total * divergence > math.log(2 * k * 1e9):
+        if total * divergence > math.log(2 * k / rare):
             return value, count, total, k
     return None
 

@@ -2131,25 +2131,18 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
 
 
 def _uneven(counts: list[int], first: int, what: str) -> str | None:
-    """Why counts of independent draws from k values are not uniform: one value drawn so far from 1/k of the time
-    that uniform draws do so with probability below RANDOM_FAILURE. Chernoff's bound: a count at a fraction q of n
-    draws, or further from 1/k, has probability at most exp(-n KL(q || 1/k)), doubled for the two sides and summed
-    over the k values."""
-    n, k = sum(counts), len(counts)
-    if n == 0 or k < 2:
+    """Why counts of independent draws from their k values are not uniform: one value drawn so far from 1/k of the
+    time that uniform draws do so with probability below RANDOM_FAILURE (the learner's check's own bound)."""
+    from harness.interp_checks import _far_from_uniform
+
+    odd = _far_from_uniform(counts, len(counts), RANDOM_FAILURE) if sum(counts) and len(counts) > 1 else None
+    if odd is None:
         return None
-    p = 1 / k
-
-    def kl(q: float) -> float:
-        return sum(a * math.log(a / b) for a, b in ((q, p), (1 - q, 1 - p)) if a > 0)
-
-    for value, count in enumerate(counts):
-        if n * kl(count / n) > math.log(2 * k / RANDOM_FAILURE):
-            return (
-                f"{what}: {first + value} drawn {count} times in {n} draws, where uniform draws over {k} values give "
-                f"about {n / k:.0f}: draw each value equally often (the generator's randint over the whole range)"
-            )
-    return None
+    value, count, n, k = odd
+    return (
+        f"{what}: {first + value} drawn {count} times in {n} draws, where uniform draws over {k} values give "
+        f"about {n / k:.0f}: draw each value equally often (the generator's randint over the whole range)"
+    )
 
 
 def _one_step(pairs: list[tuple[int, int]], k: int, what: str) -> str | None:
