@@ -37,6 +37,12 @@ MAX_ENTRIES = 5000  # files and folders looked at in one student's folder
 # The course's notebooks have under 100 cells; nbgrader's run and the feedback page take a few ms a cell, so 300,000
 # empty cells (15 MB) would have held a worker some 20 minutes a notebook (red-team round 13)
 MAX_CELLS = 2_000
+# A cell's tags and a markdown cell's pasted images, and each image's types: the course's cells have at most one tag.
+# 3.6 million copies of one tag made the normalised notebook invalid (tags are unique in nbformat's schema), and
+# nbformat's slow validator, run at every read and write of nbgrader's, held a worker 181 s (red-team round 23)
+MAX_TAGS = 16
+MAX_ATTACHMENTS = 32
+MAX_IMAGE_TYPES = 4
 
 
 def read_regular_file(path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
@@ -113,11 +119,11 @@ def _attachments(value) -> dict:
         )
 
     kept = {
-        name: {mime: data for mime, data in bundle.items() if image(mime, data)}
+        name: dict([(mime, data) for mime, data in bundle.items() if image(mime, data)][:MAX_IMAGE_TYPES])
         for name, bundle in value.items()
         if isinstance(name, str) and _TAG_RE.fullmatch(name) and isinstance(bundle, dict)
     }
-    return {name: bundle for name, bundle in kept.items() if bundle}
+    return dict([(name, bundle) for name, bundle in kept.items() if bundle][:MAX_ATTACHMENTS])
 
 
 def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]:
@@ -147,7 +153,7 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
         if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
             # one word each: the page writes a cell's tags into its class attribute, and a tag "x hidden" gave it
             # bootstrap's `hidden` (test cells hidden, a banner pinned over the header: red-team round 17)
-            cell["metadata"]["tags"] = [t for t in tags if _TAG_RE.fullmatch(t)]
+            cell["metadata"]["tags"] = list(dict.fromkeys(t for t in tags if _TAG_RE.fullmatch(t)))[:MAX_TAGS]
         if isinstance(meta.get("nbgrader"), dict):
             cell["metadata"]["nbgrader"] = meta["nbgrader"]
         elif "nbgrader" in meta:
@@ -261,7 +267,21 @@ def normalise(learner: dict, release: dict, name: str) -> tuple[dict, list[str]]
         "nbformat": 4,
         "nbformat_minor": 5,
     }
+    _valid(nb)
     return nb, flags
+
+
+def _valid(nb: dict) -> None:
+    """Raise unless `nb` is valid under nbformat's schema. Everything nbgrader does to a notebook reads or writes it,
+    and nbformat validates each time: a valid one at the fast validator's pace, an invalid one with the slow one,
+    item by item, and then nbgrader fails on it anyway. Checked here, in the normaliser's bounded child, so nbgrader
+    only ever sees notebooks that are valid (what the learner wrote reaches them as sources, bounded tags and images)."""
+    import nbformat
+
+    try:
+        nbformat.validate(copy.deepcopy(nb), version=4)
+    except nbformat.ValidationError as err:
+        raise ValueError(f"not a valid notebook once normalised: {str(err).splitlines()[0][:200]}") from None
 
 
 def find_notebooks(student_dir: Path, names: list[str]) -> tuple[dict[str, Path], list[str]]:

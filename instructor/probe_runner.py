@@ -24,6 +24,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 
 REQUEST = "request.json"
@@ -1669,33 +1670,102 @@ def _profiler():
     """What the record is made with, bound once, when this module is first imported: the child imports it before
     any learner code runs, so a name the learner's code rebinds later (`torch.profiler.profile = ...`) does not
     reach the record. It records the operators of every thread, not only the caller's (`no_new_tasks`)."""
+    import torch
     from torch._C._profiler import _ExperimentalConfig
     from torch.profiler import ProfilerActivity, profile
 
-    return profile, ProfilerActivity.CPU, _ExperimentalConfig(profile_all_threads=True)
+    return profile, ProfilerActivity.CPU, _ExperimentalConfig(profile_all_threads=True), torch.empty
 
 
-_PROFILE, _CPU, _ALL_THREADS = _profiler()
+_PROFILE, _CPU, _ALL_THREADS, _MARK = _profiler()
 
 
 class RecordUnreadable(Exception):
     """The profiler's events could not be read: the probe is run again (`run_probes`)."""
 
 
+# While a call runs, the record is read and started afresh each time the probe child has used this much CPU time:
+# the profiler keeps every event in memory until it stops, about 1.4 kB each (measured), and an honest top_p_filter
+# that looped in Python over each row of a sampling probe's 8,000 ran some 6 million operators, gigabytes, and the
+# probe child was killed at its memory limit with 18 of 07's points (red-team round 22). A slice holds a few hundred
+# thousand events at most; what is kept between slices is the set of their names.
+RECORD_SLICE = 0.2
+_SWITCHING: list = []  # while the record stops and starts: the probe's time limit waits (`run_probes`), a slice too
+
+
 def _record(call):
     """`call()`'s result and the names of everything the profiler recorded while it ran: operators in every thread,
     Python functions in this one (a thread's are withdrawn for it as for this one: `withdraw_python`). Code of the learner's that
-    replaces the profiler's Python tracer (`cProfile` around a loop) is not refused: the record is a second line."""
-    with _PROFILE(activities=[_CPU], with_stack=True, experimental_config=_ALL_THREADS) as record:
-        out = call()
+    replaces the profiler's Python tracer (`cProfile` around a loop) is not refused: the record is a second line.
+    The record runs in slices (`RECORD_SLICE`), so its memory does not grow with the call's length."""
+    ran: set = set()
+    unreadable: list = []
+    current: list = []  # the slice recording now, at most one
+
+    def start() -> None:
+        record = _PROFILE(activities=[_CPU], with_stack=True, experimental_config=_ALL_THREADS)
+        record.__enter__()
+        current.append(record)
+        _MARK(0)  # an operator in every slice, whatever the learner's code does to the Python tracer (`stop`)
+
+    def stop() -> None:
+        record = current.pop()
+        record.__exit__(None, None, None)
+        try:
+            # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
+            # for a 6-step training probe's 32,000 events where this takes 0.07 s (measured)
+            events = record.profiler.kineto_results.events()
+            if not events:  # a slice holds at least its mark: the learner's code had stopped the record
+                broken.append("it had been stopped")
+            ran.update(str(event.name()) for event in events)
+        except UnicodeDecodeError as err:
+            # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
+            # compiled and freed while it recorded, the first time something runs); the call is made again.
+            unreadable.append(str(err))
+        finally:
+            # the events, freed now: the profiler's objects hold cycles that the garbage collector frees late, and
+            # a slice's memory stayed until then (1.7 GB after 12 slices, measured)
+            record.profiler.kineto_results = None
+
+    def switching(*actions) -> None:
+        # a time limit raised in the middle would leave a profiler running that no one stops, and every later
+        # probe's record would fail to start
+        _SWITCHING.append(True)
+        try:
+            for action in actions:
+                action()
+        finally:
+            _SWITCHING.clear()
+
+    def next_slice(signum, frame) -> None:
+        # nothing raised here: learner code that catches everything would swallow it, and the record with it
+        if current and not _SWITCHING:
+            try:
+                switching(stop, start)
+            except Exception as err:  # noqa: BLE001 - the learner's code started or stopped a profiler: refused below
+                broken.append(f"{type(err).__name__}: {err}")
+
+    broken: list = []
+    sliced = threading.current_thread() is threading.main_thread()
+    if sliced:
+        previous = signal.signal(signal.SIGPROF, next_slice)
+        signal.setitimer(signal.ITIMER_PROF, RECORD_SLICE, RECORD_SLICE)
     try:
-        # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
-        # for a 6-step training probe's 32,000 events where this takes 0.07 s (measured)
-        ran = {str(event.name()) for event in record.profiler.kineto_results.events()}
-    except UnicodeDecodeError as err:
-        # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
-        # compiled and freed while it recorded, the first time something runs); the call is made again.
-        raise RecordUnreadable(str(err)) from None
+        switching(start)
+        out = call()
+    finally:
+        if sliced:
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, previous)
+        if current:
+            switching(stop)
+    if broken:
+        raise ProbeError(
+            f"the judge's record of what it ran stopped while it ran ({broken[0][:120]}): code that the judge runs "
+            "may not start or stop torch's profiler"
+        )
+    if unreadable:
+        raise RecordUnreadable(unreadable[0])
     return out, ran
 
 
@@ -1852,6 +1922,23 @@ def phase_files(index: int) -> tuple[str, str]:
     return (OUTPUTS, ERRORS) if index == 0 else (f"outputs.{index}.safetensors", f"errors.{index}.json")
 
 
+def running_file(index: int) -> str:
+    """The file in the request's `out/` folder that names the probe phase `index` is running (`run_probes`): where
+    the phase's process is killed, the phases' runner resumes it past that probe (`template.run_probe_plan`)."""
+    return f"running.{index}"
+
+
+def _say_running(folder: str, phase: int, name: str) -> None:
+    try:
+        fd = os.open(os.path.join(folder, OUT_DIR, running_file(phase)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, name.encode())
+        finally:
+            os.close(fd)
+    except OSError:  # the runner then takes the first probe with no result for the one running
+        pass
+
+
 def phases(request: dict) -> list[list[str]]:
     """The request's probes in groups that forbid the same (operators and Python code alike), from the fewest
     forbidden up: each group runs in a process of its own, with all of it taken out before any learner code
@@ -1886,7 +1973,8 @@ def run_probes(
     probes = list(request["probes"])
 
     def alarm(signum, frame):
-        raise ProbeTimeout()
+        if not _SWITCHING:  # else it comes again a second later (the timer's interval)
+            raise ProbeTimeout()
 
     took = []  # (seconds, probe): the job's log names the slowest
     written = time.monotonic()
@@ -1897,6 +1985,7 @@ def run_probes(
                 write_outputs(request["folder"], outputs, dict(errors), phase)
                 written = time.monotonic()
             began = time.monotonic()
+            _say_running(request["folder"], phase, probe["name"])
             _drop_learner_modes()  # one entered while the definitions ran would run in the runner
             left = deadline - time.monotonic()
             if left <= 0:

@@ -318,10 +318,14 @@ class Worker:
             }
         reply = {"success": True, "grades": grades, "feedback": None}
         autograded = self._paths(student, notebook, "autograded") / f"{notebook}.ipynb"
+        html = self._paths(student, notebook, "feedback") / f"{notebook}.html"
         if feedback and autograded.exists():
-            reply.update(
-                self.feedback(notebook, student, self._paths(student, notebook, "feedback") / f"{notebook}.html")
-            )
+            reply.update(self.feedback(notebook, student, html))
+        elif feedback:  # nbgrader's run failed: the learner still gets a page, which says so (red-team round 23)
+            note = "the feedback page was not made: nbgrader could not grade this notebook (its rows say why)"
+            html.parent.mkdir(parents=True, exist_ok=True)
+            html.write_text(_no_page(notebook, note), encoding="utf-8")
+            reply.update({"feedback": str(html), "feedback_note": note})
         return reply
 
     def feedback(self, notebook: str, student: str, html: Path) -> dict:

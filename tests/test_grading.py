@@ -9,6 +9,7 @@ changes. A few fast unit tests of the plan and the normaliser come first.
 from __future__ import annotations
 
 import ast
+import base64
 import copy
 import csv
 import json
@@ -1924,6 +1925,33 @@ def test_tags_are_single_words_and_text_is_always_encodable():
     value = encodable({"k\udcff": ["count \udcff\ud800 mismatch", 3, None, "plain é"]})
     assert value == {"k\\udcff": ["count \\udcff\\ud800 mismatch", 3, None, "plain é"]}
     json.dumps(value, ensure_ascii=False).encode("utf-8")  # writable
+
+
+def test_what_a_learner_puts_in_a_cells_metadata_is_bounded_and_the_notebook_stays_valid():
+    """3.6 million copies of one tag (an 18 MB notebook) made the normalised notebook invalid (tags are unique in
+    nbformat's schema), and nbformat's slow validator, run at every read and write of nbgrader's, held a worker 181 s
+    (red-team round 23). Tags are now unique and at most MAX_TAGS a cell, pasted images at most MAX_ATTACHMENTS a
+    cell with MAX_IMAGE_TYPES types each; and the normaliser refuses a notebook that is still not valid, so nbgrader
+    only ever reads valid ones."""
+    from instructor.collect import MAX_ATTACHMENTS, MAX_IMAGE_TYPES, MAX_TAGS, _valid
+
+    release = read_json(REPO_ROOT / "notebooks" / f"{LN}.ipynb")
+    learner = copy.deepcopy(release)
+    markdown = next(i for i, c in enumerate(learner["cells"]) if c["cell_type"] == "markdown")
+    learner["cells"][2]["metadata"]["tags"] = ["a"] * 200_000 + [f"t{i}" for i in range(100)]
+    png = base64.b64encode(b"png").decode()
+    learner["cells"][markdown]["attachments"] = {
+        f"i{i}.png": {f"image/x{k}": png for k in range(10)} for i in range(100)
+    }
+    start = time.perf_counter()
+    nb, _ = normalise(learner, release, LN)
+    assert time.perf_counter() - start < 5
+    assert nb["cells"][2]["metadata"]["tags"] == ["a", *(f"t{i}" for i in range(MAX_TAGS - 1))]
+    images = nb["cells"][markdown]["attachments"]
+    assert len(images) == MAX_ATTACHMENTS and all(len(bundle) == MAX_IMAGE_TYPES for bundle in images.values())
+    nb["cells"][2]["metadata"]["tags"] = ["a", "a"]  # what the normaliser no longer makes: refused if it did
+    with pytest.raises(ValueError, match="not a valid notebook once normalised"):
+        _valid(nb)
 
 
 def test_a_stand_in_feedback_page_is_flagged_by_the_ray_coordinator_too(tmp_path):

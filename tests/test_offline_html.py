@@ -387,6 +387,43 @@ def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, mo
     )
 
 
+def test_a_notebook_nbgrader_could_not_grade_still_gets_a_page_that_says_so(tmp_path, monkeypatch):
+    """nbgrader's run of a notebook it could not read failed, and the learner got no page at all (red-team round 23):
+    finalize now leaves one that says why, and flags the row."""
+    from types import SimpleNamespace
+
+    import nbgrader.api
+
+    from instructor import worker
+
+    class Book:  # the gradebook, as finalize uses it
+        def __init__(self, url):
+            self.db = SimpleNamespace(commit=lambda: None)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update_or_create_student(self, student):
+            pass
+
+        update_or_create_submission = find_grade = find_comment = lambda self, *args: None
+
+        def find_submission_notebook(self, *args):
+            return SimpleNamespace(flagged=False, grades=[])
+
+    monkeypatch.setattr(nbgrader.api, "Gradebook", Book)
+    failed = worker.Worker.__new__(worker.Worker)
+    failed.root, failed.db_url = tmp_path, "sqlite://"
+    reply = failed.finalize("s", "01_layernorm", {}, {}, True, True)
+    page = Path(reply["feedback"]).read_text()
+    assert "could not grade this notebook" in reply["feedback_note"] and "could not grade" in page, reply
+    assert page.count("Content-Security-Policy") == 1
+    assert failed.finalize("s", "01_layernorm", {}, {}, True, False)["feedback"] is None  # --no-feedback: none
+
+
 def _quote_depths(page: str, texts: tuple[str, ...]) -> dict[str, int]:
     """How many `<blockquote>` each of `texts` lies in, where it appears on the page (the frames' depth)."""
 
