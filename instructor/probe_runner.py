@@ -1739,11 +1739,15 @@ def _record(call):
 
     def next_slice(signum, frame) -> None:
         # nothing raised here: learner code that catches everything would swallow it, and the record with it
-        if current and not _SWITCHING:
-            try:
-                switching(stop, start)
-            except Exception as err:  # noqa: BLE001 - the learner's code started or stopped a profiler: refused below
-                broken.append(f"{type(err).__name__}: {err}")
+        if _SWITCHING:
+            return
+        if len(current) != 1:  # one slice at all times but while it switches: the learner's code took it
+            broken.append("its slice had been taken")
+            return
+        try:
+            switching(stop, start)
+        except Exception as err:  # noqa: BLE001 - the learner's code started or stopped a profiler: refused below
+            broken.append(f"{type(err).__name__}: {err}")
 
     broken: list = []
     sliced = threading.current_thread() is threading.main_thread()
@@ -1757,8 +1761,10 @@ def _record(call):
         if sliced:
             signal.setitimer(signal.ITIMER_PROF, 0)
             signal.signal(signal.SIGPROF, previous)
-        if current:
+        if len(current) == 1:
             switching(stop)
+        else:  # the frames are the learner's to walk (a second line): one that took the slice blinded the call
+            broken.append("its slice had been taken")
     if broken:
         raise ProbeError(
             f"the judge's record of what it ran stopped while it ran ({broken[0][:120]}): code that the judge runs "

@@ -3104,7 +3104,8 @@ def test_the_record_holds_one_slice_at_a_time_and_misses_nothing(monkeypatch):
     sampling probe's 8,000 rows ran some 6 million operators and the probe child was killed at its memory limit
     (red-team round 22). The record now stops and starts afresh every RECORD_SLICE of CPU time, keeping only the
     names: an operator run before the first slice ends and one run after the last both reach it. A call that stops
-    the record itself is refused (the record would go blind for the rest of it)."""
+    the record itself, or takes its slice away through the frames, is refused (the record would go blind for the
+    rest of it)."""
     import torch
 
     monkeypatch.setattr(probe_runner, "RECORD_SLICE", 0.02)
@@ -3137,6 +3138,16 @@ def test_the_record_holds_one_slice_at_a_time_and_misses_nothing(monkeypatch):
 
     with pytest.raises(probe_runner.ProbeError, match="record of what it ran stopped"):
         probe_runner._record(stops_the_record)
+
+    def takes_the_slice():  # the frames are the learner's: one that stopped the record's own slice (round 24)
+        frame = sys._getframe()
+        while frame.f_code.co_name != "_record":
+            frame = frame.f_back
+        frame.f_locals["current"].pop().__exit__(None, None, None)
+        return torch.nn.functional.layer_norm(torch.ones(4), (4,))
+
+    with pytest.raises(probe_runner.ProbeError, match="slice had been taken"):
+        probe_runner._record(takes_the_slice)
     assert signal.getsignal(signal.SIGPROF) in (signal.SIG_DFL, None) and signal.getitimer(signal.ITIMER_PROF)[0] == 0
 
 
