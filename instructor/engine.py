@@ -31,6 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -341,7 +342,7 @@ class RayBatch:
                 return make
 
             def graded(task: Task, reply: dict) -> dict:
-                self.take(task.key, by_student[task.key], reply, jobs / task.key, prepared)
+                self.guarded(self.take, task.key, by_student[task.key], reply, jobs / task.key, prepared)
                 return {"host": reply["host"]}
 
             tasks = [Task(student, "grade", grading_payload(student, items)) for student, items in by_student.items()]
@@ -361,7 +362,7 @@ class RayBatch:
                     }
 
                 def fed(task: Task, reply: dict) -> dict:
-                    self.take_feedback(task.key, reply, by_student[task.key])
+                    self.guarded(self.take_feedback, task.key, reply, by_student[task.key])
                     return {"host": reply["host"]}
 
                 fb_tasks = []
@@ -404,11 +405,13 @@ class RayBatch:
             src = job / "course" / folder / student
             if src.is_dir():
                 shutil.copytree(src, course / folder / student, dirs_exist_ok=True)
+        # everything of a student's in a folder named by the id alone: a path made of an id and a suffix is another
+        # student's folder for some id (`alice` and `alice.stderr.log` stopped a batch with no CSVs: round 25)
         logs = g.out / "logs" / "jobs" / student
         if (job / "logs").is_dir():
-            shutil.copytree(job / "logs", logs, dirs_exist_ok=True)
-        (logs.parent).mkdir(parents=True, exist_ok=True)
-        (logs.parent / f"{student}.stderr.log").write_text(reply.get("log") or "")
+            shutil.copytree(job / "logs", logs / "job", dirs_exist_ok=True)
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / "task.stderr.log").write_text(reply.get("log") or "")
         for item in items:
             entry = returned.get(item.notebook)
             if entry is None or entry["autograde"] is None or entry["probed"] is None:
@@ -435,6 +438,22 @@ class RayBatch:
             score = sum(r["score"] for r in item.rows)
             total = sum(r["max_score"] for r in item.rows)
             g.say(f"{g.done}/{len(g.items)} {student}/{item.notebook}: {score:g}/{total:g} on {reply['host']}")
+
+    def guarded(self, take, student: str, *args) -> None:
+        """`take(student, *args)`, whose failure is recorded on that student's rows: one student's results never end
+        the batch (a folder where a file was due stopped it with no CSVs: red-team round 25)."""
+        try:
+            take(student, *args)
+        except Exception as err:  # noqa: BLE001 - the rest of the batch goes on
+            traceback.print_exc()
+            why = f"the coordinator could not take this student's results: {type(err).__name__}: {err}"
+            for item in self.g.items:
+                if item.student != student:
+                    continue
+                if item.rows:
+                    item.flags.append(why[:400])
+                else:
+                    self.fail(item, why)
 
     def fail(self, item, reason: str) -> None:
         item.status = "failed"

@@ -749,16 +749,15 @@ class Grader:
             log=self.say,
         )
         self.collect()
-        if distributed:
-            (self.out / "logs").mkdir(parents=True, exist_ok=True)
-            if self.items:
-                from instructor.engine import run_ray
-
-                run_ray(self)
-        else:
+        if not distributed:
             self.write_plans()
         try:
-            if self.items and not distributed:
+            if self.items and distributed:
+                from instructor.engine import run_ray
+
+                (self.out / "logs").mkdir(parents=True, exist_ok=True)
+                run_ray(self)  # inside: a failure there still ends with CSVs (round 25: one student's id ended it)
+            elif self.items:
                 self.grade_all()
         except TemplateFailed as err:
             self.not_graded = str(err)

@@ -843,16 +843,40 @@ PROBES: dict[str, tuple[Probe, ...]] = {
 }
 
 
+# The model's parts that are plain functions: a model built on them is trained through them, so each must pass
+# gradients to its floating-point inputs as the course's does. Not apply_causal_mask: what reaches a masked score
+# is the writer's choice (masked_fill stops it, adding -inf lets it through) and the softmax after it ignores it.
+GRADIENT_FUNCTIONS = frozenset(
+    {
+        "split_heads",
+        "merge_heads",
+        "head_scores",
+        "attention_scores",
+        "attention_pattern",
+        "weighted_values",
+        "project_heads",
+        "gelu_new",
+    }
+)
+
+
 def _with_gradients(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
-    """`probes`, and for each test's first plain module probe the same call's gradients too: a module is trained
-    through its parameters, so its output alone is not the exercise (an Embed that looked up its table through
-    NumPy gave the right values and no gradient, red-team round 10; `probe_runner.parameter_gradient`)."""
+    """`probes`, and for each test's first plain module probe the same call's gradients too, of its parameters
+    and its inputs: a module is trained through, so its output alone is not the exercise (an Embed that looked up
+    its table through NumPy gave the right values and no gradient, red-team round 10; a LayerNorm whose statistics
+    were detached, round 25; `probe_runner.parameter_gradient`). Likewise the gradients of GRADIENT_FUNCTIONS with
+    respect to their inputs (`probe_runner.input_gradient`)."""
     seen: set[str] = set()
     more = []
     for probe in probes:
-        if probe.module and not probe.script and probe.grade_id not in seen:
+        if probe.script or probe.grade_id in seen:
+            continue
+        if probe.module:
             seen.add(probe.grade_id)
             more.append(replace(probe, output="dict", script="parameter_gradient"))
+        elif probe.target in GRADIENT_FUNCTIONS:
+            seen.add(probe.grade_id)
+            more.append(replace(probe, output="dict", script="input_gradient", expect="script", compare="close"))
     return (*probes, *more)
 
 
@@ -2538,6 +2562,8 @@ def compare(probe: Probe, got, expected) -> str | None:
             return f"the returned dict does not have the course's keys: {'; '.join(parts)}"
         for key in expected:
             what = f"returned value {key}" if probe.output == "tuple" else f"[{key!r}]"
+            if key.startswith("grad.input."):
+                what = f"the gradient its argument {int(key.rsplit('.', 1)[1]) + 1} gets back (backward through it)"
             why = _compare_tensor(probe, got[key], expected[key], what=what)
             if why is not None:
                 return why

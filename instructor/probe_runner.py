@@ -24,7 +24,6 @@ import os
 import resource
 import signal
 import sys
-import threading
 import time
 
 REQUEST = "request.json"
@@ -1487,12 +1486,27 @@ def embed_and_unembed(model, tokens, x) -> dict:
     return {"forward": model(tokens), "unembed": unembed(x)}
 
 
-def parameter_gradient(model, *args, **kwargs) -> dict:
-    """A module's output ("output") and the gradient of its parameters ("grad.<name>") for a fixed random cotangent
-    of the output's shape (every parameter the judge's weights fill in, zeros where none reaches it): what training
-    needs from a module besides its values."""
+def _differentiable(args: tuple) -> tuple[list, dict]:
+    """The arguments, each plain floating-point tensor among them a fresh leaf that requires a gradient, and those
+    leaves by position."""
+    args = [a.detach().clone().requires_grad_(True) if _is_float_tensor(a) else a for a in args]
+    return args, {j: a for j, a in enumerate(args) if _is_float_tensor(a)}
+
+
+def _is_float_tensor(value) -> bool:
     import torch
 
+    return type(value) is torch.Tensor and value.is_floating_point()
+
+
+def parameter_gradient(model, *args, **kwargs) -> dict:
+    """A module's output ("output") and the gradients of its parameters ("grad.<name>") and of its floating-point
+    inputs ("grad.input.<j>") for a fixed random cotangent of the output's shape (zeros where none reaches): what
+    training needs from a module besides its values. The parameters alone let a LayerNorm whose statistics were
+    detached, or computed in NumPy, through: its `w` and `b` act after them (red-team round 25)."""
+    import torch
+
+    args, inputs = _differentiable(args)
     with torch.enable_grad():
         out = model(*args, **kwargs)
         if not isinstance(out, torch.Tensor) or not out.is_floating_point():
@@ -1505,12 +1519,38 @@ def parameter_gradient(model, *args, **kwargs) -> dict:
                 "its parameters (no NumPy, .item(), .detach() or a tensor rebuilt from numbers)"
             )
         trained = {name: p for name, p in params.items() if p.requires_grad}  # a frozen one gets no gradient
-        grads = torch.autograd.grad((out * cotangent).sum(), list(trained.values()), allow_unused=True)
-    got = dict(zip(trained, grads, strict=True))
+        wrt = [*trained.values(), *inputs.values()]
+        grads = torch.autograd.grad((out * cotangent).sum(), wrt, allow_unused=True)
+    got = dict(zip([*trained, *(f"input.{j}" for j in inputs)], grads, strict=True))
     result = {"output": out.detach()}
-    for name, param in params.items():
-        result[f"grad.{name}"] = torch.zeros_like(param) if got.get(name) is None else got[name]
+    for name, value in [*params.items(), *((f"input.{j}", x) for j, x in inputs.items())]:
+        result[f"grad.{name}"] = torch.zeros_like(value) if got.get(name) is None else got[name]
     return result
+
+
+def input_gradient(fn, *args, **kwargs) -> dict:
+    """The gradient of a function's output with respect to each of its floating-point tensor arguments
+    ("grad.input.<j>", zeros where none reaches), for a fixed random cotangent of the output's shape: a model's
+    parts are trained through, so values alone are not the exercise (a GELU in NumPy, an attention pattern through
+    a NumPy mask, head scores by `np.einsum`: right values, no gradient, full marks; red-team round 25)."""
+    import torch
+
+    args, inputs = _differentiable(args)
+    with torch.enable_grad():
+        out = fn(*args, **kwargs)
+        if not _is_float_tensor(out):
+            raise ProbeError("its output is not a floating-point tensor")
+        if not out.requires_grad:
+            raise ProbeError(
+                "no gradient reaches its inputs from its output: compute it with torch operations on them (no "
+                "NumPy, .item(), .detach() or a tensor rebuilt from numbers), so that a model built on it trains"
+            )
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026), dtype=out.dtype)
+        grads = torch.autograd.grad((out * cotangent).sum(), list(inputs.values()), allow_unused=True)
+    return {
+        f"grad.input.{j}": torch.zeros_like(x) if grad is None else grad
+        for (j, x), grad in zip(inputs.items(), grads, strict=True)
+    }
 
 
 def loss_gradient(loss, logits, *args, **kwargs) -> dict:
@@ -1578,6 +1618,7 @@ SCRIPTS = {
     "encode_decode": encode_decode,
     "loss_gradient": loss_gradient,
     "parameter_gradient": parameter_gradient,
+    "input_gradient": input_gradient,
 }
 
 
@@ -1670,108 +1711,33 @@ def _profiler():
     """What the record is made with, bound once, when this module is first imported: the child imports it before
     any learner code runs, so a name the learner's code rebinds later (`torch.profiler.profile = ...`) does not
     reach the record. It records the operators of every thread, not only the caller's (`no_new_tasks`)."""
-    import torch
     from torch._C._profiler import _ExperimentalConfig
     from torch.profiler import ProfilerActivity, profile
 
-    return profile, ProfilerActivity.CPU, _ExperimentalConfig(profile_all_threads=True), torch.empty
+    return profile, ProfilerActivity.CPU, _ExperimentalConfig(profile_all_threads=True)
 
 
-_PROFILE, _CPU, _ALL_THREADS, _MARK = _profiler()
+_PROFILE, _CPU, _ALL_THREADS = _profiler()
 
 
 class RecordUnreadable(Exception):
     """The profiler's events could not be read: the probe is run again (`run_probes`)."""
 
 
-# While a call runs, the record is read and started afresh each time the probe child has used this much CPU time:
-# the profiler keeps every event in memory until it stops, about 1.4 kB each (measured), and an honest top_p_filter
-# that looped in Python over each row of a sampling probe's 8,000 ran some 6 million operators, gigabytes, and the
-# probe child was killed at its memory limit with 18 of 07's points (red-team round 22). A slice holds a few hundred
-# thousand events at most; what is kept between slices is the set of their names.
-RECORD_SLICE = 0.2
-_SWITCHING: list = []  # while the record stops and starts: the probe's time limit waits (`run_probes`), a slice too
-
-
 def _record(call):
     """`call()`'s result and the names of everything the profiler recorded while it ran: operators in every thread,
     Python functions in this one (a thread's are withdrawn for it as for this one: `withdraw_python`). Code of the learner's that
-    replaces the profiler's Python tracer (`cProfile` around a loop) is not refused: the record is a second line.
-    The record runs in slices (`RECORD_SLICE`), so its memory does not grow with the call's length."""
-    ran: set = set()
-    unreadable: list = []
-    current: list = []  # the slice recording now, at most one
-
-    def start() -> None:
-        record = _PROFILE(activities=[_CPU], with_stack=True, experimental_config=_ALL_THREADS)
-        record.__enter__()
-        current.append(record)
-        _MARK(0)  # an operator in every slice, whatever the learner's code does to the Python tracer (`stop`)
-
-    def stop() -> None:
-        record = current.pop()
-        record.__exit__(None, None, None)
-        try:
-            # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
-            # for a 6-step training probe's 32,000 events where this takes 0.07 s (measured)
-            events = record.profiler.kineto_results.events()
-            if not events:  # a slice holds at least its mark: the learner's code had stopped the record
-                broken.append("it had been stopped")
-            ran.update(str(event.name()) for event in events)
-        except UnicodeDecodeError as err:
-            # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
-            # compiled and freed while it recorded, the first time something runs); the call is made again.
-            unreadable.append(str(err))
-        finally:
-            # the events, freed now: the profiler's objects hold cycles that the garbage collector frees late, and
-            # a slice's memory stayed until then (1.7 GB after 12 slices, measured)
-            record.profiler.kineto_results = None
-
-    def switching(*actions) -> None:
-        # a time limit raised in the middle would leave a profiler running that no one stops, and every later
-        # probe's record would fail to start
-        _SWITCHING.append(True)
-        try:
-            for action in actions:
-                action()
-        finally:
-            _SWITCHING.clear()
-
-    def next_slice(signum, frame) -> None:
-        # nothing raised here: learner code that catches everything would swallow it, and the record with it
-        if _SWITCHING:
-            return
-        if len(current) != 1:  # one slice at all times but while it switches: the learner's code took it
-            broken.append("its slice had been taken")
-            return
-        try:
-            switching(stop, start)
-        except Exception as err:  # noqa: BLE001 - the learner's code started or stopped a profiler: refused below
-            broken.append(f"{type(err).__name__}: {err}")
-
-    broken: list = []
-    sliced = threading.current_thread() is threading.main_thread()
-    if sliced:
-        previous = signal.signal(signal.SIGPROF, next_slice)
-        signal.setitimer(signal.ITIMER_PROF, RECORD_SLICE, RECORD_SLICE)
-    try:
-        switching(start)
+    replaces the profiler's Python tracer (`cProfile` around a loop) is not refused: the record is a second line."""
+    with _PROFILE(activities=[_CPU], with_stack=True, experimental_config=_ALL_THREADS) as record:
         out = call()
-    finally:
-        if sliced:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.signal(signal.SIGPROF, previous)
-        if len(current) == 1:
-            switching(stop)
-        else:  # the frames are the learner's to walk (a second line): one that took the slice blinded the call
-            broken.append("its slice had been taken")
-    if broken:
-        raise ProbeError(
-            f"the judge's record of what it ran stopped while it ran ({broken[0][:120]}): code that the judge runs "
-            "may not start or stop torch's profiler"
-        )
-    if unreadable:
-        raise RecordUnreadable(unreadable[0])
+    try:
+        # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
+        # for a 6-step training probe's 32,000 events where this takes 0.07 s (measured)
+        ran = {str(event.name()) for event in record.profiler.kineto_results.events()}
+    except UnicodeDecodeError as err:
+        # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
+        # compiled and freed while it recorded, the first time something runs); the call is made again.
+        raise RecordUnreadable(str(err)) from None
     return out, ran
 
 
@@ -1979,8 +1945,7 @@ def run_probes(
     probes = list(request["probes"])
 
     def alarm(signum, frame):
-        if not _SWITCHING:  # else it comes again a second later (the timer's interval)
-            raise ProbeTimeout()
+        raise ProbeTimeout()
 
     took = []  # (seconds, probe): the job's log names the slowest
     written = time.monotonic()

@@ -324,9 +324,12 @@ def _no_feeder(name: str):
 def _ended(status: int) -> str:
     """A probe's error when its phase's process ended while it ran (`os.waitpid`'s status)."""
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        # the memory limit's kill: the record keeps every operator a probe runs (about 1.4 kB each), so a Python
+        # loop over each row of the sampling probes' 8,000 took gigabytes (an honest top_p_filter: round 22)
         return (
-            "its process was killed while it ran, most likely at its memory limit: what your code holds at once "
-            "on the judge's inputs (up to 8,000 rows)"
+            "its process was killed while it ran, most likely at its memory limit: the judge records every "
+            "operation a probe runs, so over the judge's inputs (up to 8,000 rows) loop with tensor operations, "
+            "not in Python over each row or token"
         )
     return f"its process ended (status {status}) while it ran"
 
@@ -407,8 +410,8 @@ def _run_phase(plan: dict, probes, index: int, run_probes, cell_timeout: float, 
     defined = time.monotonic()
     if probes is not None:
         # A probe may run as long as a cell: the record costs about 9 times the call's own time where the code runs
-        # many small operators (an honest top_p_filter that loops over the 8,000 rows of 07's sampling probes in
-        # Python: 3.9 s bare, some 40 s recorded); the notebook's deadline bounds all of them together
+        # many small operators (a top_p_filter that loops over 2,000 rows in Python: about 1 s bare, 8.6 s
+        # recorded, measured); the notebook's deadline bounds all of them together
         limit = float(cell_timeout)
         run_probes(probes, ns, timeout=limit, deadline=deadline, phase=index, definitions=failed)
     print(

@@ -1954,6 +1954,44 @@ def test_what_a_learner_puts_in_a_cells_metadata_is_bounded_and_the_notebook_sta
         _valid(nb)
 
 
+@pytest.mark.parametrize("first", ["alice", "alice.stderr.log"])
+def test_one_students_results_on_ray_never_end_the_batch(tmp_path, first):
+    """The Ray coordinator wrote a job's log to `logs/jobs/<id>.stderr.log` beside the folder `logs/jobs/<id>/`, so
+    the ids `alice` and `alice.stderr.log` made one's file the other's folder, and whichever came second raised out
+    of the coordinator: no CSVs (red-team round 25). Each student's files now live in its own folder, and whatever
+    goes wrong taking one student's results is recorded on that student's rows."""
+    import functools
+    from types import SimpleNamespace
+
+    from instructor import grade
+    from instructor.engine import RayBatch, pack
+
+    out = tmp_path / "out"
+    items = {s: grade.Item(s, LN, tmp_path / "nb.ipynb") for s in ("alice", "alice.stderr.log")}
+    coordinator = SimpleNamespace(
+        g=SimpleNamespace(out=out, course=tmp_path / "course", items=list(items.values())),
+        args=SimpleNamespace(solutions=str(REPO_ROOT / "solutions")),
+    )
+    coordinator.fail = lambda item, reason: RayBatch.fail(coordinator, item, reason)
+    for student in (first, *(s for s in items if s != first)):
+        job = tmp_path / "built" / student
+        (job / "logs").mkdir(parents=True)
+        (job / "logs" / "grade.log").write_text(f"{student}'s job")
+        (job / "result.json").write_text(json.dumps({"items": [], "not_graded": "nothing returned"}))
+        reply = {"tar": pack(job), "log": f"{student}'s task", "host": "h"}
+        take = functools.partial(RayBatch.take, coordinator)
+        RayBatch.guarded(coordinator, take, student, [items[student]], reply, tmp_path / "jobs" / student, {})
+    for student, item in items.items():
+        assert (out / "logs" / "jobs" / student / "task.stderr.log").read_text() == f"{student}'s task"
+        assert (out / "logs" / "jobs" / student / "job" / "grade.log").read_text() == f"{student}'s job"
+        assert item.status == "failed" and "nothing returned" in item.flags[0], item.flags
+    # and a take that fails is that student's rows, not the batch's end
+    broken = grade.Item("bob", LN, tmp_path / "nb.ipynb")
+    coordinator.g.items.append(broken)
+    RayBatch.guarded(coordinator, lambda student, *args: 1 / 0, "bob")
+    assert broken.status == "failed" and "ZeroDivisionError" in broken.flags[0] and broken.rows, broken.flags
+
+
 def test_a_stand_in_feedback_page_is_flagged_by_the_ray_coordinator_too(tmp_path):
     """A worker writes a page that says why where nbgrader could not make one (round 16); on Ray the job returns it
     with its note, and the coordinator flags the row as the local batch does."""
