@@ -1355,8 +1355,8 @@ MISTAKES += [
         "04_mlp_and_block",
         "test_gelu_new",
         "return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))",
-        "return torch.tensor((0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3)))))"
-        ".tolist())",
+        "return torch.tensor((0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3)))))."
+        + "tolist())",
         NO_GRADIENT,
     ),
     (
