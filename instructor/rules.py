@@ -67,6 +67,17 @@ HARNESS_ORACLES = tuple(
 # marks before this rule). No exercise needs them: every probe is refused them, whatever name reached them. Not
 # the utilities that public eager functions call (`torch.broadcast_shapes` runs `torch._refs._broadcast_shapes`,
 # `Tensor.dim_order` `torch._prims_common`): of `torch/_refs/__init__.py`, only the norms' implementations.
+def _torch_folders(package: str) -> list[str]:
+    """The sub-packages of torch's `package` as installed, found without importing torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    top = Path(next(iter(spec.submodule_search_locations))) / package
+    return sorted(p.name for p in top.iterdir() if p.is_dir() and (p / "__init__.py").exists()) if top.is_dir() else []
+
+
 TORCH_INTERNAL_IMPLEMENTATIONS = (
     *(
         f"py:{package}" if package.endswith(".py") else f"py:{package}/"
@@ -112,6 +123,11 @@ TORCH_INTERNAL_IMPLEMENTATIONS = (
             # red-team round 21); masked tensors' reductions and normalisations likewise
             "torch/nested/_internal",
             "torch/masked",
+            # the Python parts of distributed training, which hold their own losses and softmaxes over plain
+            # operators for split tensors: the tensor-parallel cross-entropy, its collectives made the identity on
+            # one rank, had full marks in 05 (red-team round 26). Every folder of it, whichever this torch has; not
+            # its top-level modules, which honest code reaches (`is_available`, `is_initialized`)
+            *(f"torch/distributed/{folder}" for folder in _torch_folders("distributed")),
         )
     ),
     *(

@@ -56,6 +56,9 @@ def _no_page(notebook: str, note: str) -> str:
 # autograded notebook, its feedback page and this process's memory stay bounded whatever a cell prints.
 CELL_OUTPUT_CHARS = 100_000
 NOTEBOOK_OUTPUT_CHARS = 2_000_000
+# What a feedback page may weigh: the course's come to under 0.5 MB. Whatever a page's parts are bounded by, the
+# page itself is (markup that renders larger than it was written grew a 2 MB notebook into a 48 MB page: round 26)
+MAX_PAGE_BYTES = 8 << 20
 
 
 def _size(output) -> int:
@@ -339,7 +342,7 @@ class Worker:
                 return {"feedback": str(html)}
             log = result.get("log") or ""
             lines = [line for line in log.splitlines() if line.strip()]
-            why = "nbgrader's feedback failed" + (f" ({lines[-1][:200]})" if lines else "")
+            why = result.get("too_large") or "nbgrader's feedback failed" + (f" ({lines[-1][:200]})" if lines else "")
         except TimeoutError:
             why = f"rendering its markdown and outputs took more than {FEEDBACK_SECONDS:.0f} s"
         except ChildFailed as err:
@@ -350,10 +353,15 @@ class Worker:
         return {"feedback": str(html), "feedback_note": note, **({"feedback_error": log[-2000:]} if log else {})}
 
     def _feedback_page(self, notebook: str, student: str, html: str) -> dict:
-        """nbgrader's feedback page, made safe to open (`runs_nothing`); in a child of `bounded`'s."""
+        """nbgrader's feedback page, made safe to open (`runs_nothing`); in a child of `bounded`'s. A page over
+        MAX_PAGE_BYTES is not kept (`feedback` leaves one that says why)."""
         result = self.api.generate_feedback(notebook, student, force=True)
         page = Path(html)
         if result.get("success") and page.exists():
+            size = page.stat().st_size
+            if size > MAX_PAGE_BYTES:
+                page.unlink()
+                return {"success": False, "too_large": f"it came to {size / 1e6:.1f} MB, more than a page may be"}
             page.write_text(runs_nothing(page.read_text(encoding="utf-8")), encoding="utf-8")
         return {"success": bool(result.get("success")), "log": str(result.get("log") or "")[-2000:]}
 

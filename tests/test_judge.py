@@ -3015,6 +3015,48 @@ def test_cross_entropy_through_the_library_fails_the_judge(route, tmp_path):
     assert not verdict["passed"] and "forbids (a library's implementation" in verdict["message"], (route, verdict)
 
 
+# Red-team round 26: torch's cross-entropy for tensors split across devices, in Python over plain operators
+# (`torch/distributed/tensor/parallel/loss.py`), on one rank, with its collectives made the identity: no loss
+# operator and no ruled file ran, and it had the right value and gradient. `torch/distributed` is ruled out whole.
+TENSOR_PARALLEL_LOSS = """\
+    import types
+
+    from torch.distributed.tensor._ops._embedding_ops import _MaskPartial
+    from torch.distributed.tensor.parallel import loss as tp_loss
+
+    class Mesh:
+        def _is_current_rank_part_of_mesh(self):
+            return True
+
+        def size(self, dim=None):
+            return 1
+
+        def _sym_get_coordinate(self, dim):
+            return 0
+
+    def reduce_value(self, tensor, mesh, mesh_dim):
+        self.mask_buffer.apply_mask(tensor)
+        return tensor
+
+    _MaskPartial._reduce_value = reduce_value
+    tp_loss.funcol = types.SimpleNamespace(all_reduce=lambda tensor, **kwargs: tensor)
+    x = logits[:, :-1].reshape(-1, logits.shape[-1])
+    log_probs = tp_loss._log_softmax(x, 1, False, Mesh(), 0)
+    target = tokens[:, 1:].reshape(-1)
+    return tp_loss._nll_loss_forward(log_probs, target, None, None, 1, -100, x.shape, 1, Mesh(), 0)[0]
+"""
+
+
+def test_torchs_tensor_parallel_cross_entropy_fails_the_judge(tmp_path):
+    old = "    correct = log_probs.gather(dim=-1, index=tokens[:, 1:, None])[..., 0]  # [batch pos-1]\n    return -correct.mean()\n"
+    namespace = course_with("05_full_gpt2", old, TENSOR_PARALLEL_LOSS)
+    logits, tokens = torch.randn(2, 5, 7), torch.randint(0, 7, (2, 5))
+    expected = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+    assert torch.allclose(namespace["cross_entropy_loss"](logits, tokens), expected)  # a right answer, in-process
+    verdict = verdict_of("05_full_gpt2", "test_cross_entropy_loss", namespace, tmp_path)
+    assert not verdict["passed"] and "forbids (a library's implementation" in verdict["message"], verdict
+
+
 # What an exercise's text forbids ("without `F.gelu`"), and the judge's rule that refuses it in that notebook.
 WITHOUT = {
     "F.gelu": ("04_mlp_and_block", "aten::gelu"),

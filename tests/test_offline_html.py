@@ -331,7 +331,16 @@ def test_markdown_too_long_is_shown_as_text():
     assert "<strong>bold</strong>" in page and LAST in page and len(page) < 2 * MARKDOWN_CHARS + 500_000
     cell = "word " * (MARKDOWN_CHARS // 5 - 1)
     page = _feedback_page(True, (cell,) * (PAGE_MARKDOWN_CHARS // len(cell) + 2) + (LAST,), whole=False)
-    assert page.count("past a page's markdown") >= 2 and LAST in page
+    assert "past a page's markdown" in page and "past what a page's markdown may use" in page
+    # what is shown as text uses the page's markdown too: 350 cells of TeX, each shown as text (escaped, so longer
+    # than written) once the page's markdown was spent, made a 48 MB page of a 2 MB notebook (red-team round 26)
+    amp = "&" * (MARKDOWN_CHARS + 1)
+    page = _feedback_page(True, (amp,) * 40, whole=False)
+    assert len(page) < len("&amp;") * PAGE_MARKDOWN_CHARS + 500_000, len(page)
+    assert (
+        page.count("characters not shown: past what a page's markdown may use")
+        >= 40 - PAGE_MARKDOWN_CHARS // len(amp) - 1
+    )
 
 
 def test_code_too_long_is_shown_as_text():
@@ -385,6 +394,26 @@ def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, mo
     assert (
         "missing attachment" in reply["feedback_note"] and "missing attachment" in Path(reply["feedback"]).read_text()
     )
+
+
+def test_a_page_too_large_is_replaced_by_one_that_says_so(tmp_path, monkeypatch):
+    """Whatever bounds a page's parts, the page itself is bounded (MAX_PAGE_BYTES; the course's are under 0.5 MB):
+    markup that renders larger than it was written grew a 2 MB notebook into a 48 MB page (red-team round 26)."""
+    from types import SimpleNamespace
+
+    from instructor import worker
+
+    def generate_feedback(notebook, student, force):
+        Path(tmp_path / "page.html").write_text("x" * (worker.MAX_PAGE_BYTES + 1))
+        return {"success": True}
+
+    made = worker.Worker.__new__(worker.Worker)
+    made.api = SimpleNamespace(generate_feedback=generate_feedback)
+    monkeypatch.setattr(worker, "bounded", lambda fn, *args, timeout: fn(*args))
+    reply = made.feedback("01_layernorm", "s", tmp_path / "page.html")
+    assert "more than a page may be" in reply["feedback_note"], reply
+    page = Path(reply["feedback"]).read_text()
+    assert len(page) < 2_000 and "more than a page may be" in page
 
 
 def test_a_notebook_nbgrader_could_not_grade_still_gets_a_page_that_says_so(tmp_path, monkeypatch):
