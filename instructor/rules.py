@@ -59,6 +59,8 @@ HARNESS_ORACLES = tuple(
     for path in sorted((Path(__file__).resolve().parent.parent / "harness").glob("*.py"))
     if path.name not in _HARNESS_PLAIN
 )
+
+
 # Torch carries Python implementations of its own operators, made of plain ones, that the dispatcher never sees
 # as the operator they implement: reference implementations (`torch._refs`, `torch._prims`), decomposition tables
 # (`torch._decomp`, and those of the compilers and exporters), the math fallbacks of higher-order ops (flex
