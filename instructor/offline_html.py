@@ -99,6 +99,11 @@ PAGE_TAGS = 50_000
 # course's longest markdown cell is under 4,000 characters.
 MARKDOWN_CHARS = 100_000
 PAGE_MARKDOWN_CHARS = 1_000_000
+# A page's code, highlighted or shown as text: highlighting writes about 25 bytes for each character of dense code
+# and takes about 13 s a MB, so 60 cells of 99,000 characters, each under the cell's cut, held a worker the page's
+# whole 60 s, and 3 such cells made a 7.5 MB page of a 0.3 MB notebook (red-team round 27). The course's notebooks
+# hold at most 40,000 characters of code.
+PAGE_CODE_CHARS = 200_000
 _TAG = re.compile(r"<[A-Za-z]")
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())  # noqa: SIM905
 
@@ -150,9 +155,10 @@ class FeedbackExporter(HTMLExporter):
 
     _tags_left = PAGE_TAGS  # what the page's learner markup may still use (reset for every page)
     _markdown_left = PAGE_MARKDOWN_CHARS  # the same for its markdown's characters
+    _code_left = PAGE_CODE_CHARS  # and its code's
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        self._tags_left, self._markdown_left = PAGE_TAGS, PAGE_MARKDOWN_CHARS
+        self._tags_left, self._markdown_left, self._code_left = PAGE_TAGS, PAGE_MARKDOWN_CHARS, PAGE_CODE_CHARS
         self.filters = {**self.filters, "highlight_code": self._highlighter(nb)}
         nb = copy.deepcopy(nb)
         for cell in nb.get("cells", []):  # markup a cell's run produced: framed as the submission's, as below
@@ -164,19 +170,23 @@ class FeedbackExporter(HTMLExporter):
         return super().from_notebook_node(nb, resources, **kw)
 
     def _highlighter(self, nb):
-        """nbconvert's code highlighting, but a cell's code longer than MARKDOWN_CHARS is shown as text, its first
-        MARKDOWN_CHARS characters: highlighting a cell that held a 250,000-element list took the page past its 60 s
-        (red-team round 20; the learner got a stand-in page)."""
+        """nbconvert's code highlighting, within the page's PAGE_CODE_CHARS: a cell's code longer than
+        MARKDOWN_CHARS, or past what the page's code may use, is shown as text, its start only (highlighting a cell
+        that held a 250,000-element list took the page past its 60 s: red-team round 20); once the page's code is
+        spent, a cell is one line that counts its characters (round 27)."""
         from nbconvert.filters.highlight import Highlight2HTML
 
         info = nb.get("metadata", {}).get("language_info", {})
         highlight = Highlight2HTML(pygments_lexer=info.get("pygments_lexer", info.get("name")), parent=self)
 
         def highlight_code(source, *args, **kwargs):
-            if len(source) <= MARKDOWN_CHARS:
+            if self._code_left <= 0:
+                return f"<pre>({len(source):,} characters of code not shown: past what a page's code may use)</pre>"
+            shown = source[: min(MARKDOWN_CHARS, self._code_left)]
+            self._code_left -= len(shown)
+            if len(shown) == len(source):
                 return highlight(source, *args, **kwargs)
-            cut = f"[{len(source) - MARKDOWN_CHARS:,} more characters not shown]"
-            return f"<pre>{escape(source[:MARKDOWN_CHARS])}\n{cut}</pre>"
+            return f"<pre>{escape(shown)}\n[{len(source) - len(shown):,} more characters not shown]</pre>"
 
         return highlight_code
 

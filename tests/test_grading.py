@@ -1543,6 +1543,26 @@ def test_the_probe_process_runs_the_learners_definitions_and_the_given_cells_the
     assert len(given) < len([s for s in plan["steps"] if s["kind"] == "given"])  # demos and plots are not run
 
 
+def test_the_plan_leaves_out_the_learners_cells_after_the_last_test():
+    """No graded test runs after the notebook's last test cell, and nbgrader's run leaves such cells out: so does
+    the plan (60 cells of 99,000 characters there, kept once the analysis's budget ran out, took 27 s of definitions
+    in every phase: red-team round 27). A cell of the learner's before a test is still planned, and nothing is
+    flagged for a learner's scratch cells."""
+    sol = solution(LN)
+    learner = copy.deepcopy(sol)
+    tests = [
+        nbgrader_meta(c)["grade_id"]
+        for c in learner["cells"]
+        if nbgrader_meta(c).get("grade_id", "").startswith("test_")
+    ]
+    learner["cells"] += [code_cell(f"_scratch_{i} = ({'0,' * 10})") for i in range(3)]
+    insert_before(learner, tests[-1], "HELPER_BEFORE_THE_TEST = 1")
+    plan = build_plan(sol, learner, LN)
+    code = "\n".join(step.get("code", "") for step in plan["steps"])
+    assert "HELPER_BEFORE_THE_TEST" in code and "_scratch_" not in code, code[-500:]
+    assert not plan["notes"], plan["notes"]
+
+
 def test_the_probe_processes_harness_holds_its_plain_parts_and_stands_in_for_the_rest(tmp_path):
     """`probe_harness` writes what the probe template's `harness` is: a package that imports and runs without the
     checks' or the reference's files, whose other public names raise when called."""

@@ -360,6 +360,24 @@ def test_code_too_long_is_shown_as_text():
     assert '<span class="n">layernorm</span>' in page  # the short cell after it, highlighted
 
 
+def test_a_pages_code_is_bounded_as_a_whole():
+    """60 cells of 99,000 characters of code, each under a cell's cut, held a worker the page's whole 60 s, and 3
+    made a 7.5 MB page of a 0.3 MB notebook: highlighting writes about 25 bytes a character of dense code (red-team
+    round 27). What a page's code shows, highlighted or as text, uses PAGE_CODE_CHARS; past it, a cell is one line."""
+    from instructor.offline_html import PAGE_CODE_CHARS, FeedbackExporter
+
+    exporter = FeedbackExporter()
+    exporter._code_left = PAGE_CODE_CHARS  # as each page starts
+    highlight = exporter._highlighter({"metadata": {"language_info": {"name": "python"}}})
+    cell = "t = (" + "0," * 49_495 + ")"
+    start = time.perf_counter()
+    shown = [highlight(cell) for _ in range(60)]
+    assert time.perf_counter() - start < 20
+    assert sum(map(len, shown)) < 30 * PAGE_CODE_CHARS, sum(map(len, shown))
+    assert shown[0].count('<span class="mi">0</span>') == 49_495  # the page's first cells, highlighted
+    assert all("characters of code not shown" in page for page in shown[PAGE_CODE_CHARS // len(cell) + 1 :])
+
+
 def test_a_page_that_takes_too_long_is_replaced_by_one_that_says_so(tmp_path, monkeypatch):
     """Each parser a page goes through has had an input that made it super-linear (a regular expression over nested
     `<script`, bleach over nested `<div>`), so the page is made in a child killed after FEEDBACK_SECONDS, whatever
