@@ -61,7 +61,7 @@ from pathlib import Path
 
 from instructor import judge
 from instructor.bounded import ChildFailed, bounded
-from instructor.collect import Unreadable, find_notebooks, normalise, read_submission
+from instructor.collect import Unreadable, _valid, find_notebooks, normalise, read_submission
 from instructor.course import (
     REPO_ROOT,
     SOLUTIONS_DIR,
@@ -449,6 +449,9 @@ class Grader:
         submissions = Path(self.args.submissions)
         if not submissions.is_dir():
             raise SystemExit(f"{submissions} is not a folder")
+        # nbformat's validator, loaded here once: each notebook is normalised and validated in a forked child, which
+        # otherwise loaded it afresh, 1.4 s a notebook before any grading began (measured: 19 s for ten)
+        _valid({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
         wanted = self.args.notebooks or self.names
         students = []
         for entry in [] if self.job_student else sorted(submissions.iterdir()):
