@@ -2005,6 +2005,19 @@ def run_probes(
 CHECKPOINT_SECONDS = 2.0
 
 
+def safetensors_bytes(outputs: dict) -> bytes:
+    """name -> (safetensors dtype, shape, bytes) as one safetensors file: a header, then the data (`_frozen`)."""
+    header, offset, chunks = {}, 0, []
+    for name in sorted(outputs):
+        dtype, shape, data = outputs[name]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        chunks.append(data)
+    text = _DUMPS(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+
+
 def write_outputs(folder: str, outputs: dict, errors: dict, phase: int = 0) -> None:
     """The frozen outputs (`_frozen`) as one safetensors file, written from their bytes with nothing of torch's or
     safetensors' (whose functions learner code could have rebound): a header, then the data. Each file is written
@@ -2013,16 +2026,8 @@ def write_outputs(folder: str, outputs: dict, errors: dict, phase: int = 0) -> N
     outputs_name, errors_name = phase_files(phase)
     try:
         if outputs:
-            header, offset, chunks = {}, 0, []
-            for name in sorted(outputs):
-                dtype, shape, data = outputs[name]
-                header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
-                offset += len(data)
-                chunks.append(data)
-            text = _DUMPS(header, separators=(",", ":")).encode()
-            text += b" " * (-len(text) % 8)
             with open(os.path.join(out, outputs_name + ".part"), "wb") as f:
-                f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
+                f.write(safetensors_bytes(outputs))
             os.replace(os.path.join(out, outputs_name + ".part"), os.path.join(out, outputs_name))
     except Exception as err:  # noqa: BLE001 - e.g. the file-size limit: say so rather than crash the child
         errors["__outputs__"] = f"could not write the outputs: {type(err).__name__}: {err}"[:400]

@@ -61,14 +61,6 @@ HARNESS_ORACLES = tuple(
 )
 
 
-# Torch carries Python implementations of its own operators, made of plain ones, that the dispatcher never sees
-# as the operator they implement: reference implementations (`torch._refs`, `torch._prims`), decomposition tables
-# (`torch._decomp`, and those of the compilers and exporters), the math fallbacks of higher-order ops (flex
-# attention) and the test suite's reference functions. `torch._refs.nn.functional.gelu(x, approximate="tanh")`
-# never runs aten::gelu, a decomposed `native_layer_norm` never runs aten::native_layer_norm (both scored full
-# marks before this rule). No exercise needs them: every probe is refused them, whatever name reached them. Not
-# the utilities that public eager functions call (`torch.broadcast_shapes` runs `torch._refs._broadcast_shapes`,
-# `Tensor.dim_order` `torch._prims_common`): of `torch/_refs/__init__.py`, only the norms' implementations.
 def _torch_folders(package: str) -> list[str]:
     """The sub-packages of torch's `package` as installed, found without importing torch."""
     import importlib.util
@@ -80,6 +72,14 @@ def _torch_folders(package: str) -> list[str]:
     return sorted(p.name for p in top.iterdir() if p.is_dir() and (p / "__init__.py").exists()) if top.is_dir() else []
 
 
+# Torch carries Python implementations of its own operators, made of plain ones, that the dispatcher never sees
+# as the operator they implement: reference implementations (`torch._refs`, `torch._prims`), decomposition tables
+# (`torch._decomp`, and those of the compilers and exporters), the math fallbacks of higher-order ops (flex
+# attention) and the test suite's reference functions. `torch._refs.nn.functional.gelu(x, approximate="tanh")`
+# never runs aten::gelu, a decomposed `native_layer_norm` never runs aten::native_layer_norm (both scored full
+# marks before this rule). No exercise needs them: every probe is refused them, whatever name reached them. Not
+# the utilities that public eager functions call (`torch.broadcast_shapes` runs `torch._refs._broadcast_shapes`,
+# `Tensor.dim_order` `torch._prims_common`): of `torch/_refs/__init__.py`, only the norms' implementations.
 TORCH_INTERNAL_IMPLEMENTATIONS = (
     *(
         f"py:{package}" if package.endswith(".py") else f"py:{package}/"

@@ -270,16 +270,12 @@ def _merge_files(kept: dict, found: dict, files: tuple[str, str]) -> None:
 
 
 def _merged_outputs(old: bytes, new: bytes) -> bytes:
+    from instructor.probe_runner import safetensors_bytes
+
     outputs = _outputs_of(new) | _outputs_of(old)
-    header, offset, chunks = {}, 0, []
-    for key in sorted(outputs):
-        entry, data = outputs[key]
-        header[key] = {**entry, "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        chunks.append(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+    return safetensors_bytes(
+        {key: (entry.get("dtype"), entry.get("shape", ()), data) for key, (entry, data) in outputs.items()}
+    )
 
 
 def _merged_errors(old: bytes, new: bytes) -> bytes:
