@@ -67,6 +67,7 @@ SMALL = {
 # An end-of-sequence id no model of the job's vocabulary emits: every row then runs its full length. Sizes in the
 # probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
 NEVER_EOS = ("d_vocab", "d_vocab")
+EOS_REDRAWS = 50  # draws of a generate probe's model and prompts until an end-of-text id makes rows finish apart
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
     "d_model": 24,
@@ -1601,7 +1602,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 def _finishing_eos(course, model, prompts, pad: int, *, dims: dict) -> int:
     """For padded_generate: an end-of-text id that a prompt's greedy continuation (the first prompt's where it can)
     emits first at its second step or later while another row emits it later or never (rows then finish at
-    different steps), else the id the first row emits second."""
+    different steps); None where no id does."""
     longest = len(prompts[0])  # the "uneven" prompts' first is the longest
     return _first_to_finish(
         course.padded_generate(model, prompts, dims["n_ctx"] - longest, dims["d_vocab"], pad)[:, longest:].tolist()
@@ -1617,7 +1618,7 @@ def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict) -> int:
 
 def _first_to_finish(rows: list[list[int]]) -> int:
     """An id that a row of `rows` (the first where it can) emits first at its second step or later while another
-    row emits it later or never, else the id the first row emits second."""
+    row emits it later or never, and then would not emit again; None where no id does."""
 
     def first(row, token):
         return row.index(token) if token in row else len(row)
@@ -1631,7 +1632,7 @@ def _first_to_finish(rows: list[list[int]]) -> int:
             finishes_first = step >= 1 and first(row, token) == step and max(first(o, token) for o in rows) > step
             if finishes_first and step + 1 < len(row) and row[step + 1] != token:
                 return token
-    return rows[0][1]
+    return None
 
 
 def _copy(value):
@@ -1729,8 +1730,17 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                         drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
                 if kind in ("finishing_eos", "generate_eos"):  # an id the course's model emits early in one row,
                     finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
-                    drawn[j] = (finish(course, *(drawn[k][0] for k in param), dims=dims),)
-                    drawn[j] += ({"value": drawn[j][0]},)
+                    # the model and prompts are drawn again until there is one (about one draw in fifty has none,
+                    # and a right answer's rows would then all finish together: a probe that cannot fail)
+                    for _ in range(EOS_REDRAWS):
+                        eos = finish(course, *(drawn[k][0] for k in param), dims=dims)
+                        if eos is not None:
+                            break
+                        for k in param:
+                            drawn[k] = _draw(*probe.args[k], f"{name}.in{k}", dims, course, gen, tensors)
+                    else:
+                        raise RuntimeError(f"no end-of-text id makes rows finish apart in {EOS_REDRAWS} draws")
+                    drawn[j] = (eos, {"value": eos})
                 if kind == "later_layer":  # a layer above argument `at`'s, up to `top`
                     at, top = param
                     later = drawn[at][0] + 1 + secrets.randbelow(top - drawn[at][0])

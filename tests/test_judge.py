@@ -1710,6 +1710,27 @@ def test_a_right_random_draw_passes_the_segment_rules_every_time():
             assert judge._compare_segments({"0": tokens, "1": periods}, rules) is None, (seed, rules)
 
 
+def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monkeypatch):
+    """About one draw in fifty has no end-of-text id on which the greedy rows finish at different steps; on such a
+    draw a generate that does not pad finished rows passed (a flake in CI). The judge draws the model and prompts
+    again until there is one, and the id it sends is one the last draw's rows finish apart on."""
+    real, seen = judge._first_to_finish, []
+
+    def unlucky_twice(rows):
+        seen.append((rows, real(rows)))
+        return None if len(seen) <= 2 else seen[-1][1]
+
+    monkeypatch.setattr(judge, "_first_to_finish", unlucky_twice)
+    judge.prepare("07_sampling_and_kv_cache", tmp_path / "job", only=frozenset({"test_generate"}))
+    assert len(seen) >= 3 and seen[0][0] != seen[2][0], seen[:3]  # drawn again, not asked again of the same rows
+    request = json.loads((tmp_path / "job" / judge.REQUEST).read_text())
+    sent = [a["value"] for p in request["probes"] for a in p["args"] if "value" in a and p["target"] == "generate"]
+    assert seen[-1][1] in sent and seen[-1][1] is not None, (sent, seen[-1])
+    monkeypatch.setattr(judge, "_first_to_finish", lambda rows: None)
+    with pytest.raises(RuntimeError, match="finish apart"):
+        judge.prepare("07_sampling_and_kv_cache", tmp_path / "again", only=frozenset({"test_generate"}))
+
+
 @pytest.mark.parametrize(("notebook", "grade_id", "old", "new", "cause"), MISTAKES, ids=[m[1] for m in MISTAKES])
 def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, cause, tmp_path):
     verdict = verdict_of(notebook, grade_id, course_with(notebook, old, new), tmp_path)
