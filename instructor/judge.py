@@ -845,8 +845,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
 
 
 # The model's parts that are plain functions: a model built on them is trained through them, so each must pass
-# gradients to its floating-point inputs as the course's does. Not apply_causal_mask: what reaches a masked score
-# is the writer's choice (masked_fill stops it, adding -inf lets it through) and the softmax after it ignores it.
+# gradients to its floating-point inputs as the course's does (apply_causal_mask through the scores it keeps only:
+# `probe_runner.causal_input_gradient`).
 GRADIENT_FUNCTIONS = frozenset(
     {
         "split_heads",
@@ -875,9 +875,10 @@ def _with_gradients(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
         if probe.module:
             seen.add(probe.grade_id)
             more.append(replace(probe, output="dict", script="parameter_gradient"))
-        elif probe.target in GRADIENT_FUNCTIONS:
+        elif probe.target in GRADIENT_FUNCTIONS or probe.target == "apply_causal_mask":
             seen.add(probe.grade_id)
-            more.append(replace(probe, output="dict", script="input_gradient", expect="script", compare="close"))
+            script = "causal_input_gradient" if probe.target == "apply_causal_mask" else "input_gradient"
+            more.append(replace(probe, output="dict", script=script, expect="script", compare="close"))
     return (*probes, *more)
 
 

@@ -1528,11 +1528,12 @@ def parameter_gradient(model, *args, **kwargs) -> dict:
     return result
 
 
-def input_gradient(fn, *args, **kwargs) -> dict:
+def input_gradient(fn, *args, _causal: bool = False, **kwargs) -> dict:
     """The gradient of a function's output with respect to each of its floating-point tensor arguments
     ("grad.input.<j>", zeros where none reaches), for a fixed random cotangent of the output's shape: a model's
     parts are trained through, so values alone are not the exercise (a GELU in NumPy, an attention pattern through
-    a NumPy mask, head scores by `np.einsum`: right values, no gradient, full marks; red-team round 25)."""
+    a NumPy mask, head scores by `np.einsum`: right values, no gradient, full marks; red-team round 25).
+    `_causal`: the cotangent is zero wherever a key comes after its query (`causal_input_gradient`)."""
     import torch
 
     args, inputs = _differentiable(args)
@@ -1545,12 +1546,22 @@ def input_gradient(fn, *args, **kwargs) -> dict:
                 "no gradient reaches its inputs from its output: compute it with torch operations on them (no "
                 "NumPy, .item(), .detach() or a tensor rebuilt from numbers), so that a model built on it trains"
             )
-        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026), dtype=out.dtype)
+        # drawn in float32 whatever the output's type: a float64 mask's cotangent is then the same numbers
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026)).to(out.dtype)
+        if _causal:
+            cotangent = cotangent.tril()
         grads = torch.autograd.grad((out * cotangent).sum(), list(inputs.values()), allow_unused=True)
     return {
         f"grad.input.{j}": torch.zeros_like(x) if grad is None else grad
         for (j, x), grad in zip(inputs.items(), grads, strict=True)
     }
+
+
+def causal_input_gradient(fn, *args, **kwargs) -> dict:
+    """`input_gradient` of a causal mask, through the scores it keeps only: what reaches a masked score is the
+    writer's choice (masked_fill stops it, adding -inf lets it through) and the softmax after it ignores it, but
+    the scores it keeps must take their gradient back (a mask built in NumPy kept its point; red-team round 25)."""
+    return input_gradient(fn, *args, _causal=True, **kwargs)
 
 
 def loss_gradient(loss, logits, *args, **kwargs) -> dict:
@@ -1619,6 +1630,7 @@ SCRIPTS = {
     "loss_gradient": loss_gradient,
     "parameter_gradient": parameter_gradient,
     "input_gradient": input_gradient,
+    "causal_input_gradient": causal_input_gradient,
 }
 
 

@@ -1373,6 +1373,23 @@ MISTAKES += [
         "return apply_causal_mask(attn_scores.detach()).softmax(dim=-1)",
         NO_GRADIENT,
     ),
+    (  # the mask applied in NumPy: the kept scores' gradient is lost (the mask's gradient is judged where it keeps)
+        "03_attention",
+        "test_apply_causal_mask",
+        "return attn_scores.masked_fill(future, ignore)",
+        (
+            "np = __import__('numpy')\n"
+            "    return torch.from_numpy(np.where(future.numpy(), ignore, attn_scores.detach().numpy()))"
+        ),
+        NO_GRADIENT,
+    ),
+    (  # ... or the scores rebuilt from a detached copy
+        "03_attention",
+        "test_apply_causal_mask",
+        "return attn_scores.masked_fill(future, ignore)",
+        "return attn_scores.detach().masked_fill(future, ignore) + 0 * attn_scores.sum()",
+        "gets back (backward through it)",
+    ),
 ]
 
 
@@ -1970,10 +1987,23 @@ def test_every_graded_test_is_judged_outside():
         assert graded <= set(judged.get(notebook, ())), (notebook, sorted(graded - set(judged.get(notebook, ()))))
 
 
-@pytest.mark.parametrize("fill", ['float("-inf")', "-1e9", "-1e4"])
-def test_a_causal_mask_with_another_large_negative_fill_passes(fill, tmp_path):
-    namespace = course_with("03_attention", "masked_fill(future, ignore)", f"masked_fill(future, {fill})")
-    assert verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path)["passed"]
+@pytest.mark.parametrize(
+    "masked",
+    [
+        'attn_scores.masked_fill(future, float("-inf"))',
+        "attn_scores.masked_fill(future, -1e9)",
+        "attn_scores.masked_fill(future, -1e4)",
+        # a mask added, not filled: the gradient reaches the masked scores too, which the softmax after it ignores
+        "attn_scores + torch.zeros_like(attn_scores).masked_fill(future, ignore)",
+        'attn_scores + torch.from_numpy(__import__("numpy").triu(__import__("numpy").full(future.shape, -1e9), k=1))',
+    ],
+)
+def test_a_causal_mask_written_another_way_passes(masked, tmp_path):
+    """Another large negative fill, or a mask added to the scores (the gradient then reaches the masked scores:
+    the judge compares the gradient where the mask keeps, `probe_runner.causal_input_gradient`)."""
+    namespace = course_with("03_attention", "attn_scores.masked_fill(future, ignore)", masked)
+    verdict = verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path)
+    assert verdict["passed"], verdict
 
 
 @pytest.mark.parametrize(
