@@ -84,8 +84,10 @@ SMALL_ENCDEC = {
 }
 CONFIGS = {
     "gpt2": ("Config", SMALL),
-    # layer_norm_eps drawn for each job between 0.1 and 1 (`prepare`): an epsilon hard-coded to GPT-2's, or added
-    # outside the square root, shows on inputs of unit spread, as the LayerNorm check's eps of 0.5 shows it
+    # layer_norm_eps drawn for each probe (`prepare`), between 0.1 and 1 on the job's first shape and between 1e-5
+    # and 1e-2 on its second, on inputs whose variance is of its size ("eps_float"): an epsilon hard-coded, added
+    # outside the square root, or clamped into either range (max(eps, 0.1) passed while eps was 0.1 to 1 alone,
+    # red-team round 28) shows
     "gpt2_eps": ("Config", SMALL),
     # the shape and the pad, BOS and EOS ids drawn for each job (`_job_encdec`): a loss that ignores id 0 whatever
     # it is given shows, as the check's pad ids 5 and 0 show it
@@ -103,8 +105,8 @@ LR_FIELDS = ("max_steps", "lr", "warmup_steps", "min_lr_ratio")
 class Probe:
     """One of a graded test's probes: `target` (a class built from a config, or a function) run on `args`.
 
-    Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "tokens",
-    "softmax", "logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
+    Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
+    "tokens", "softmax", "logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
     "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
@@ -233,7 +235,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn("test_merge_heads", "merge_heads", ("float", ("batch", "pos", "n_heads", "d_head"))),
         _fn("test_head_scores", "head_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
     ),
-    "01_layernorm": (Probe("test_layernorm", "LayerNorm", BATCH_POS_MODEL, config="gpt2_eps"),),
+    "01_layernorm": (
+        Probe("test_layernorm", "LayerNorm", (("eps_float", ("batch", "pos", "d_model")),), config="gpt2_eps"),
+    ),
     "02_embeddings": (
         Probe("test_embed", "Embed", TOKENS),
         Probe("test_pos_embed", "PosEmbed", TOKENS),
@@ -1010,6 +1014,7 @@ EXPECTATIONS = {
 RANDOM_FAILURE = 1e-9  # the most a rule about a random output may fail a right answer
 SAMPLES = 8000  # draws per sampling probe, 4,000 a row: a token of probability p is off by 6 sigma once in ~10^9 tests
 SAMPLE_ROWS = 2  # the different rows of a sampling probe, in turn
+SAMPLE_CHUNKS = 16  # a sampling probe's calls, each on SAMPLES / SAMPLE_CHUNKS rows (`probe_runner._chunk`)
 # A token's count is off when it is in a tail this unlikely: some 12,000 such counts a job (tokens, rows, halves, both
 # tails, probes and their replicas) then fail a right sampler less than once in 10^9 jobs
 SAMPLE_TAIL = 5e-14
@@ -1245,6 +1250,8 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         values[:, :6] = (0.5 + values[:, :6].abs()) * signs
         values[:, 0] = 0.05 + 0.9 * torch.rand(shape[0], generator=gen)
         return values
+    if kind == "eps_float":  # "float", of a variance of the job's layer_norm_eps's size: the epsilon always matters
+        return _random_input("float", shape, cfg, gen) * math.sqrt(cfg["layer_norm_eps"])
     # an offset and a spread per feature: a LayerNorm that does not centre or scale shows at once
     return values * (0.5 + 2 * torch.rand(shape[-1:], generator=gen)) + torch.randn(shape[-1:], generator=gen)
 
@@ -1260,16 +1267,19 @@ def _size(value, dims: dict) -> int:
 SIZES = ("d_model", "n_heads", "d_head", "d_mlp", "n_layers", "n_ctx", "d_vocab")
 JOB_VOCABS = (97, 101, 103, 107)  # the vocabularies and contexts a job's GPT-2 shape takes (`_job_config`)
 JOB_N_CTX = (12, 13, 14, 15)  # 12 or more: 06's addition problems of 3 digits are 12 tokens long
+LONG_N_CTX = (65, 96)  # the second shape's context, and the sequences drawn on it, span this (`_job_config`)
 
 
-def _job_config(unlike: dict | None = None, apart: bool = False) -> dict:
+def _job_config(unlike: dict | None = None, apart: bool = False, long: bool = False) -> dict:
     """The GPT-2 shape of one job, drawn afresh (secrets): every size different from the others, so that a
     transposed or mixed-up dimension shows, and none known before (a split_heads hard-coded to 4 heads and a
     score scaled by a hard-coded sqrt(10) had full marks while every job used SMALL: red-team round 10). d_model is
     n_heads * d_head (GPT-2's checkpoints need it); 2 or 3 layers (the composition scores' model has 4, the
     training loops' 1: `_draw`'s "course_weights"); the vocabulary between 97 and 107, whose probes' designs hold
     there. `apart`: d_model is not n_heads * d_head (the second shape of the notebooks whose checks try such shapes,
-    `HEADS_APART`)."""
+    `HEADS_APART`). `long`: a context of 65 to 96 positions (`LONG_N_CTX`), past the small sizes a learner may write
+    in (a causal mask sliced from a 64 x 64 table had full marks while every context was 15 or less: red-team round
+    28), below the vocabulary, which some probes' designs need."""
     while True:
         n_heads = 3 + secrets.randbelow(3)
         d_head = 6 + secrets.randbelow(6)
@@ -1280,7 +1290,9 @@ def _job_config(unlike: dict | None = None, apart: bool = False) -> dict:
             "d_model": n_heads * d_head + (1 + secrets.randbelow(5) if apart else 0),
             "d_mlp": 2 * n_heads * d_head + 1 + 2 * secrets.randbelow(8),
             "n_layers": 2 + secrets.randbelow(2),
-            "n_ctx": JOB_N_CTX[secrets.randbelow(len(JOB_N_CTX))],
+            "n_ctx": LONG_N_CTX[0] + secrets.randbelow(LONG_N_CTX[1] - LONG_N_CTX[0] + 1)
+            if long
+            else JOB_N_CTX[secrets.randbelow(len(JOB_N_CTX))],
             "d_vocab": JOB_VOCABS[secrets.randbelow(len(JOB_VOCABS))],
         }
         sizes = [cfg[k] for k in ("d_model", "n_heads", "d_head", "d_mlp", "n_layers", "n_ctx", "d_vocab")]
@@ -1291,12 +1303,13 @@ def _job_config(unlike: dict | None = None, apart: bool = False) -> dict:
 ENCDEC_SIZES = ("d_model", "n_heads", "d_head", "d_ff", "n_layers", "d_vocab")
 
 
-def _job_encdec(unlike: dict | None = None) -> dict:
+def _job_encdec(unlike: dict | None = None, long: bool = False) -> dict:
     """09's encoder-decoder shape and special ids for one job, drawn afresh (secrets), as `_job_config` draws
     GPT-2's: every size unlike the others and unlike the other shape's, and pad, BOS and EOS three ids drawn from the
     whole vocabulary (09's probes all used one shape and ids 0, 1 and 2, and stacks of `range(2)` layers, a scale
     of sqrt(d_model // 4) and those ids written in had full marks: red-team round 12). d_model is n_heads * d_head,
-    as 09's checks' nn.MultiheadAttention needs."""
+    as 09's checks' nn.MultiheadAttention needs. `long`: a context past LONG_N_CTX's end, as the sequences drawn on
+    the job's second shape are."""
     while True:
         n_heads, d_head = 2 + secrets.randbelow(4), 3 + secrets.randbelow(6)
         d_vocab = 15 + secrets.randbelow(9)
@@ -1312,6 +1325,7 @@ def _job_encdec(unlike: dict | None = None) -> dict:
             "pad_id": pad,
             "bos_id": bos,
             "eos_id": eos,
+            "n_ctx": LONG_N_CTX[1] + 1 + secrets.randbelow(32) if long else SMALL_ENCDEC["n_ctx"],
         }
         sizes = [cfg[k] for k in ENCDEC_SIZES]
         if len(set(sizes)) < len(sizes) or cfg["d_model"] % 2:  # sines and cosines in pairs: d_model even
@@ -1664,16 +1678,18 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
     # Two GPT-2 shapes, every size of the second unlike the first's: every plain probe runs on the first, and the
     # first plain probe of each test on the second as well, so that no constant written for one size passes a test
     shapes = [_job_config()]
-    shapes.append(_job_config(unlike=shapes[0], apart=notebook in HEADS_APART))
+    shapes.append(_job_config(unlike=shapes[0], apart=notebook in HEADS_APART, long=True))
     encdecs = [_job_encdec()]
-    encdecs.append(_job_encdec(unlike=encdecs[0]))
+    encdecs.append(_job_encdec(unlike=encdecs[0], long=True))
     shape_dims = [
         {
             "gpt2": job,
             "encdec": encdec,
-            "pos": 3 + secrets.randbelow(job["n_ctx"] - 3),  # the sequence lengths change too
+            # the sequence lengths change too: on the second shape, past LONG_N_CTX's start
+            "pos": (LONG_N_CTX[0] if long else 3)
+            + secrets.randbelow(job["n_ctx"] + long - (LONG_N_CTX[0] if long else 3)),
         }
-        for job, encdec in zip(shapes, encdecs)
+        for long, (job, encdec) in enumerate(zip(shapes, encdecs))
     ]
     batch = 2 + secrets.randbelow(2)
     src = 2 + secrets.randbelow(10)
@@ -1704,7 +1720,8 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             if probe.config in ("gpt2", "gpt2_eps"):
                 cfg = job
             if probe.config == "gpt2_eps":
-                cfg = {**cfg, "layer_norm_eps": (100 + secrets.randbelow(901)) / 1000}
+                tenths = (100 + secrets.randbelow(901)) / 1000
+                cfg = {**cfg, "layer_norm_eps": 10 ** (-5 + 3 * secrets.randbelow(1001) / 1000) if shape else tenths}
             if probe.config == "encdec":
                 cfg = shape_dims[shape]["encdec"]
             seq_len = 2 + secrets.randbelow(5)
@@ -1761,6 +1778,8 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             }
             if probe.script and not probe.module:
                 entry["script"] = probe.script  # the function is run through it, in the child as here
+            if probe.compare == "samples":
+                entry["chunks"] = SAMPLE_CHUNKS
             values = [_copy(value) for value, _ in drawn]
             n_positional = len(values) - len(probe.keywords)
             keywords = dict(zip(probe.keywords, values[n_positional:], strict=True))
@@ -2037,27 +2056,43 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
     """Draws against the distributions they must come from, row by row (`probs`: [SAMPLE_ROWS d_vocab], row i of
     the probe drawing from row i % SAMPLE_ROWS): none where the probability is 0, and every token's count within 6
     standard deviations (+2) of its expectation, over each row's draws and over each half of them (the first
-    draws and the last: a sampler whose draw depends on where its row is, row i from the i-th slice of the
-    distribution, follows it over all rows but not over a half). Where they fail it and follow one of
+    draws of each call and the last: a sampler whose draw depends on where its row is in the call, row i from the
+    i-th slice of the distribution, follows it over all rows but not over a half). Where they fail it and follow one of
     `alternatives` (a known mistake's distributions) instead, that mistake leads the message."""
+
+    import torch
 
     if (got < 0).any() or (got >= probs.shape[-1]).any():
         return "drew token ids outside the vocabulary"
-    why = _rows_off(got, probs)
+    # each call's generator is seeded apart (`probe_runner._chunk`): calls that all draw alike ignored theirs, unless
+    # the distributions make that likely (about one chance in 10^9 or more, as where a filter keeps one token),
+    # where each call alone follows the distributions (a sampler that takes the likeliest token draws alike too)
+    calls = got.reshape(SAMPLE_CHUNKS, -1)
+    alike = SAMPLE_CHUNKS - torch.unique(calls, dim=0).shape[0]
+    collide = probs.double().reshape(-1, probs.shape[-1]).pow(2).sum(-1).log().sum() * calls.shape[1] / len(probs)
+    unlikely = float(collide) + math.log(SAMPLE_CHUNKS**2) < math.log(1e-9)
+    if alike == SAMPLE_CHUNKS - 1 and unlikely and _rows_off(calls[0], probs, 1) is None:
+        return (
+            f"it drew the same from a generator in another state: its {SAMPLE_CHUNKS} calls, each with a generator "
+            "seeded apart, all drew alike (draw with the `generator` it is given, not one of its own)"
+        )
+    why = _rows_off(got, probs, SAMPLE_CHUNKS)
     if why is None:
         return None
     for mistake, other in (alternatives or {}).items():
-        if _rows_off(got, other) is None:
+        if _rows_off(got, other, SAMPLE_CHUNKS) is None:
             return f"{mistake}: its draws follow that distribution, not the course's ({why})"
     return why
 
 
-def _rows_off(got, probs) -> str | None:
+def _rows_off(got, probs, n_calls: int) -> str | None:
     rows = probs.reshape(-1, probs.shape[-1])
+    # the halves of each call (the probe's rows are cut in SAMPLE_CHUNKS calls, `probe_runner._chunk`), put together
+    calls = got.reshape(n_calls, -1)
+    halves = calls[:, : calls.shape[1] // 2].reshape(-1), calls[:, calls.shape[1] // 2 :].reshape(-1)
     for r, row in enumerate(rows):
-        draws = got[r :: len(rows)]
-        half = len(draws) // 2
-        for part, where in ((draws, ""), (draws[:half], ", first half"), (draws[half:], ", second half")):
+        draws, first, last = (part[r :: len(rows)] for part in (got, *halves))
+        for part, where in ((draws, ""), (first, ", first half"), (last, ", second half")):
             why = _samples_off(part, row)
             if why is not None:
                 return f"{why} (the draws for input row {r}{where})"
