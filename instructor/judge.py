@@ -67,7 +67,7 @@ SMALL = {
 # An end-of-sequence id no model of the job's vocabulary emits: every row then runs its full length. Sizes in the
 # probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
 NEVER_EOS = ("d_vocab", "d_vocab")
-EOS_REDRAWS = 50  # draws of a generate probe's model and prompts until an end-of-text id makes rows finish apart
+REDRAWS = 50  # draws of a probe's arguments until they separate what it is for (`UNTIL`, "generate_eos")
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
     "d_model": 24,
@@ -106,12 +106,13 @@ class Probe:
     """One of a graded test's probes: `target` (a class built from a config, or a function) run on `args`.
 
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
-    "tokens", "softmax", "logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
+    "tokens", "softmax", "logits", "peaked_logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
     "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
-    (a bigram language model, `probe_runner.table_lm`; "penalty_lm" one that prefers ids 0-5; "window_lm" one
+    (a bigram language model, `probe_runner.table_lm`; "ending_lm" one that ends every row at once; "penalty_lm"
+    one that prefers ids 0-5; "window_lm" ("window_prefix_lm", `prefix_lm`'s) one
     whose context is 4 positions), "ragged"/"uneven" (lists of token ids of different
     lengths) and "finishing_eos"/"generate_eos" (an id the course's model emits early, from other arguments:
     `_finishing_eos`, `_generate_eos`).
@@ -131,6 +132,7 @@ class Probe:
     # the course's target run through the probe's script, as the child runs the learner's)
     script: str | None = None  # how a module is run (`probe_runner.SCRIPTS`), where it is not one call
     hint: str | None = None  # the likely cause when this probe fails (and the test's earlier probes passed)
+    until: str | None = None  # the arguments are drawn again until this holds of them (`UNTIL`)
 
 
 BEAM_EOS = 3
@@ -247,6 +249,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("int", (1, 80)),
             ("even", (2, 64)),
             atol=1e-3,  # as sinusoidal_test
+        ),
+        # ... and at GPT-2's sizes, where a base a little off (9,999) shows past float32's rounding of the angles
+        # (at 80 positions it stayed within the tolerance above: a mutation sweep)
+        _fn(
+            "test_sinusoidal",
+            "sinusoidal_positional_encoding",
+            ("int", (512, 1024)),
+            ("even", (128, 768)),
+            atol=3e-4,
         ),
     ),
     "03_attention": (
@@ -411,6 +422,16 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         ),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.05, 0.95)), compare="filter"),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.2, 0.9)), ("int", (2, 6)), compare="filter"),
+        # rows whose top token alone reaches p: min_tokens_to_keep decides what is kept in every row (it only did in
+        # some rows of the probe above, and a filter that ignored it passed one judging in two: a mutation sweep)
+        _fn(
+            "test_top_p_filter",
+            "top_p_filter",
+            ("peaked_logits", ("batch", "d_vocab")),
+            ("real", (0.2, 0.9)),
+            ("int", (2, 6)),
+            compare="filter",
+        ),
         _fn(
             "test_apply_frequency_penalty",
             "apply_frequency_penalty",
@@ -433,6 +454,24 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.02, 0.5)), compare="filter"),
         _fn(
             "test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.5, 0.95)), ("int", (2, 6)), compare="filter"
+        ),
+        # ... and rows whose top token alone is above the threshold, as top-p's
+        _fn(
+            "test_min_p_filter",
+            "min_p_filter",
+            ("peaked_logits", ("batch", "d_vocab")),
+            ("real", (0.5, 0.95)),
+            ("int", (2, 6)),
+            compare="filter",
+        ),
+        # min_p 1 on rows whose top logit is shared by 10 tokens: the threshold is their probability, and a token
+        # at it is kept ("below" the threshold is removed; `<=` passed every other probe: a mutation sweep)
+        _fn(
+            "test_min_p_filter",
+            "min_p_filter",
+            ("tied_logits", ("batch", "d_vocab")),
+            ("real", (1.0, 1.0)),
+            compare="filter",
         ),
         _fn(
             "test_apply_repetition_penalty",
@@ -509,6 +548,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _sampled_generate(("int", (2, 12)), ("real", (0.3, 0.9))),
         # a model whose context is 4 positions, past which it raises: the model sees the last n_ctx tokens
         _greedy_generate(("window_lm", None), ("tokens", ("batch", "pos")), (4, 8), ("int", NEVER_EOS)),
+        # ... all of them: a model of a 4-position context whose logits depend on every token in it (a window one
+        # token short passed the bigram above: a mutation sweep)
+        _greedy_generate(("window_prefix_lm", None), ("tokens", ("batch", "pos")), (4, 8), ("int", NEVER_EOS)),
+        # every row emits the end-of-text id (the last) at its first step: generation stops there, one new token
+        # (a loop that went on to max_new_tokens, padding, passed while some row always went on: a mutation sweep)
+        _greedy_generate(("ending_lm", None), ("tokens", ("batch", "pos")), (4, 16), ("int", ("d_vocab-1",) * 2)),
         # under a frequency penalty: the options reach the sampler with the whole sequence, the prompt's tokens
         # counted (`penalty_lm` makes every other way of counting choose another first token)
         _greedy_generate(
@@ -566,6 +611,16 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             compare="exact",
             hint="over 40 steps, where every shorter search was right: products of probabilities underflow to 0 in "
             "float32 after about 20 steps; add log-probabilities instead",
+        ),
+        # many small random searches in one probe (after the 40 steps, whose hint names its cause), every setting in every combination (`probe_runner.beam_cases`)
+        _fn(
+            "test_beam_search",
+            "beam_search",
+            ("int", (0, 2**62)),
+            output="dict",
+            script="beam_cases",
+            expect="script",
+            compare="exact",
         ),
         *(
             _fn(
@@ -843,6 +898,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             config="encdec",
             compare="exact",
             script="decode_once",
+            until="decoded_rows_finish_apart",
         ),
     ),
 }
@@ -1208,9 +1264,12 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         padding = _random_input("padding", shape, cfg, gen)
         padding[-1, -1] = True  # at least one padding token
         return tokens.masked_fill(padding, cfg["pad_id"])
-    if kind == "mask":  # a target (the last position) in every row; the first position set in one row only, so
-        mask = torch.rand(shape, generator=gen) < 0.5  # that a mask used unshifted selects other predictions
+    if kind == "mask":  # a target in every row: the last position, but in the last row, whose second is one (a
+        # loss that always counted the last position had full marks while every row's was a target: a mutation
+        # sweep); the first position set in one row only, so that a mask used unshifted selects other predictions
+        mask = torch.rand(shape, generator=gen) < 0.5
         mask[:, -1], mask[:, 0] = True, False
+        mask[-1, -1], mask[-1, 1] = False, True
         mask[0, 0] = True
         return mask
     if kind == "padding":  # True = padding, at the end of a row; the first position is never padding
@@ -1232,6 +1291,12 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return values.scatter(-1, top, 3.0)
     if kind == "large_logits":  # spread over hundreds, as the cross-entropy check's: a softmax then a log underflows
         return 100 * values
+    if kind == "peaked_logits":  # "logits" whose top token per row is above the rest by log(20 * d_vocab) or more:
+        # its probability is 0.95 or more, and no other token's is a 20th of it
+        values[torch.arange(shape[0]), torch.randint(0, shape[-1], (shape[0],), generator=gen)] = values.amax(
+            dim=-1
+        ) + math.log(20 * shape[-1])
+        return values
     if kind == "graded_logits":  # per row, probabilities in a geometric series over shuffled ids, the ratio from
         # 0.75 in the first row to 0.92 in the last (top probabilities about 0.25 to 0.08), and logits offset by 15
         # to 20: every band of probabilities wider than a factor 1.4 holds a token, so a threshold taken on the
@@ -1601,6 +1666,17 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
         tensors[key] = table
         return table_lm(table.clone(), n_ctx=4), {"table_lm": key, "n_ctx": 4}
+    if kind == "window_prefix_lm":  # `prefix_lm` of a 4-position context, which refuses more
+        from instructor.probe_runner import prefix_lm
+
+        table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
+        tensors[key] = table
+        return prefix_lm(table.clone(), n_ctx=4), {"prefix_lm": key, "n_ctx": 4}
+    if kind == "ending_lm":  # a bigram model whose likeliest token after every token is the last id, by 1 or more
+        table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
+        table[:, -1] = table.max(dim=-1).values + 1
+        tensors[key] = table
+        return table_lm(table.clone()), {"table_lm": key}
     if kind == "penalty_lm":  # a bigram model that prefers ids 0-5 (every "all_few_tokens" row holds each of them)
         # by 0.8 or more over every other id: under a frequency penalty of 1.5 or more, counted over the whole row,
         # the first new token of every row is another id; counted any other way (the prompt left out, the last
@@ -1614,7 +1690,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     return x, {"tensor": key}
 
 
-def _finishing_eos(course, model, prompts, pad: int, *, dims: dict) -> int:
+def _finishing_eos(course, model, prompts, pad: int, *, dims: dict) -> int | None:
     """For padded_generate: an end-of-text id that a prompt's greedy continuation (the first prompt's where it can)
     emits first at its second step or later while another row emits it later or never (rows then finish at
     different steps); None where no id does."""
@@ -1624,14 +1700,34 @@ def _finishing_eos(course, model, prompts, pad: int, *, dims: dict) -> int:
     )
 
 
-def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict) -> int:
+def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict) -> int | None:
     """For generate: an end-of-text id that the greedy continuation of one row emits first at its second step or
     later while another row emits it later or never (`_first_to_finish`)."""
     out = course.generate(model, tokens.clone(), new_tokens, eos_token_id=dims["d_vocab"], top_k=1)
     return _first_to_finish(out[:, tokens.shape[1] :].tolist())
 
 
-def _first_to_finish(rows: list[list[int]]) -> int:
+def _decoded_rows_finish_apart(course, model, src, max_len: int) -> bool:
+    """Whether a row of 09's greedy decoding emits EOS while another goes on, and the model's choice after that EOS
+    is not the pad id: a decode that does not pad finished rows, or pads them with EOS, then gives other tokens (the
+    draws of the table made that likely, not sure: such a decode passed one judging in two, a mutation sweep)."""
+    import torch
+
+    cfg = model.cfg
+    with torch.no_grad():
+        out = course.greedy_decode(model, src.clone(), max_len)
+    for r, row in enumerate(out.tolist()):
+        if cfg.eos_id in row and row.index(cfg.eos_id) + 1 < len(row):
+            context = model.table[src[r][src[r] != cfg.pad_id]].mean(0)
+            if int((model.table[cfg.eos_id] + context).argmax()) != cfg.pad_id:
+                return True
+    return False
+
+
+UNTIL = {"decoded_rows_finish_apart": _decoded_rows_finish_apart}
+
+
+def _first_to_finish(rows: list[list[int]]) -> int | None:
     """An id that a row of `rows` (the first where it can) emits first at its second step or later while another
     row emits it later or never, and then would not emit again; None where no id does."""
 
@@ -1732,10 +1828,15 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             dims["short_pos"] = 2 + secrets.randbelow(job["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
             dims["beam_eos"] = secrets.randbelow(job["d_vocab"])  # each probe its own: no id written in passes them all
             dims |= {**cfg, **schedule}
-            drawn = [
-                _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
-                for j, (kind, param) in enumerate(probe.args)
-            ]
+            for _ in range(REDRAWS):
+                drawn = [
+                    _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
+                    for j, (kind, param) in enumerate(probe.args)
+                ]
+                if probe.until is None or UNTIL[probe.until](course, *(value for value, _ in drawn)):
+                    break
+            else:
+                raise RuntimeError(f"{probe.until} held of none of {REDRAWS} draws")
             for j, (kind, param) in enumerate(probe.args):
                 if kind == "run_cache":  # the cache of argument m (a HookedTransformer) on tokens, made here and there:
                     model_at, tokens = param  # tokens: another argument's index, or drawn for the cache alone
@@ -1750,14 +1851,14 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                     finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
                     # the model and prompts are drawn again until there is one (about one draw in fifty has none,
                     # and a right answer's rows would then all finish together: a probe that cannot fail)
-                    for _ in range(EOS_REDRAWS):
+                    for _ in range(REDRAWS):
                         eos = finish(course, *(drawn[k][0] for k in param), dims=dims)
                         if eos is not None:
                             break
                         for k in param:
                             drawn[k] = _draw(*probe.args[k], f"{name}.in{k}", dims, course, gen, tensors)
                     else:
-                        raise RuntimeError(f"no end-of-text id makes rows finish apart in {EOS_REDRAWS} draws")
+                        raise RuntimeError(f"no end-of-text id makes rows finish apart in {REDRAWS} draws")
                     drawn[j] = (eos, {"value": eos})
                 if kind == "later_layer":  # a layer above argument `at`'s, up to `top`
                     at, top = param
@@ -2023,7 +2124,13 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
     if probe.compare == "filter":  # -inf exactly where the course's filter removes a token, the rest unchanged
         removed = torch.isneginf(expected)
         if not torch.equal(torch.isneginf(got), removed):
-            return f"{differs}: removes {int(torch.isneginf(got).sum())} tokens where {int(removed.sum())} are due"
+            at = tuple((torch.isneginf(got) != removed).nonzero()[0].tolist())
+            where = f"token {at[-1]}" + (f" of row {at[0]}" if len(at) > 1 else "")
+            how = "removes" if bool(torch.isneginf(got)[at]) else "keeps"
+            return (
+                f"{differs}: removes {int(torch.isneginf(got).sum())} tokens where {int(removed.sum())} are due, and "
+                f"{how} {where}, which the course's {'keeps' if how == 'removes' else 'removes'}"
+            )
         if not torch.allclose(got[~removed].to(expected.dtype), expected[~removed], atol=1e-5, rtol=1e-5):
             return f"{differs}: the kept logits were changed"
         return None
@@ -2301,17 +2408,14 @@ def _compare_kv(probe: Probe, got: dict, expected: dict) -> str | None:
 
 
 def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
-    if set(got) != set(expected):
+    edges = {"edge", "edge_raised"} & set(got)  # one of them where an edge is due (`probe_runner.cached_steps`)
+    if set(got) - edges != set(expected) - {"edge"} or len(edges) != ("edge" in expected):
         return f"returned {sorted(got)}, not a generation's tokens"
     probe = replace(probe, compare="exact")
     why = _compare_tensor(probe, got["tokens"], expected["tokens"], what="the tokens of a first call")
     if why is not None:
         return f"differs from greedy decoding with full recomputes: {why}"
-    if "edge" in expected:  # padded_generate: new tokens that bring the longest prompt to n_ctx + 1
-        why = _compare_tensor(probe, got["edge"], expected["edge"], what="the tokens up to n_ctx + 1 positions")
-        if why is not None:
-            return why
-    elif _compare_tensor(probe, got["again"], expected["again"], what="a second call's tokens") is not None:
+    if "again" in expected and _compare_tensor(probe, got["again"], expected["again"], what="") is not None:
         return (
             "was right on a first call and wrong on a second call with another prompt on the same model: something "
             "was kept from the first call (the cache?). Start every call with an empty cache."
@@ -2338,6 +2442,12 @@ def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
                 "pass the cache the model returned, and only the positions it does not hold"
             )
         length = (past if past else 0) + new
+    if (
+        "edge_raised" in got
+    ):  # cached_generate's call up to n_ctx + 1 positions raised (what the positions did not explain)
+        return bytes(got["edge_raised"].tolist()).decode(errors="replace")
+    if "edge" in expected:  # new tokens that bring the (longest) prompt to n_ctx + 1
+        return _compare_tensor(probe, got["edge"], expected["edge"], what="the tokens up to n_ctx + 1 positions")
     return None
 
 

@@ -355,11 +355,12 @@ def table_lm(table, n_ctx: int = 1024):
     return TableLM().eval()
 
 
-def prefix_lm(table):
+def prefix_lm(table, n_ctx: int = 1024):
     """A language model for the probes of generation functions whose logits at a position depend on every token up to
     it and on its index: the row of `table` ([d_vocab, d_vocab]) at a hash of the prefix, so that a generation that
-    feeds the model the last token only, or a window shorter than the sequence, picks other tokens. Deterministic,
-    the same in the judge's process and in the child's."""
+    feeds the model the last token only, or a window shorter than the sequence, picks other tokens; more than
+    `n_ctx` positions are refused, as `table_lm` refuses them. Deterministic, the same in the judge's process and in
+    the child's."""
     import torch
 
     from harness.config import Config
@@ -368,12 +369,14 @@ def prefix_lm(table):
         def __init__(self):
             super().__init__()
             vocab = table.shape[0]
-            self.cfg = Config(d_model=8, n_heads=2, d_head=4, d_mlp=16, n_layers=1, n_ctx=1024, d_vocab=vocab)
+            self.cfg = Config(d_model=8, n_heads=2, d_head=4, d_mlp=16, n_layers=1, n_ctx=n_ctx, d_vocab=vocab)
             self.table = torch.nn.Parameter(table, requires_grad=False)
 
         def forward(self, tokens):
             if tokens.dtype not in (torch.int64, torch.int32) or tokens.ndim != 2:
                 raise TypeError(f"the model takes int64 tokens [batch pos], got {tokens.dtype} {list(tokens.shape)}")
+            if tokens.shape[1] > self.cfg.n_ctx:
+                raise ValueError(f"{tokens.shape[1]} positions, more than the model's n_ctx = {self.cfg.n_ctx}")
             index = torch.arange(tokens.shape[1], device=tokens.device)
             return self.table[(7 * tokens.long().cumsum(dim=1) + 3 * index + 1) % self.cfg.d_vocab]
 
@@ -654,7 +657,7 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
     if "table_lm" in spec:
         return table_lm(tensors[spec["table_lm"]].clone(), int(spec.get("n_ctx", 1024)))
     if "prefix_lm" in spec:
-        return prefix_lm(tensors[spec["prefix_lm"]].clone())
+        return prefix_lm(tensors[spec["prefix_lm"]].clone(), int(spec.get("n_ctx", 1024)))
     if "config" in spec:
         import harness
 
@@ -1115,7 +1118,12 @@ def _positions(model):
 
 def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict:
     """`cached_generate` run twice on one stand-in (`kv_prefix_lm`), on two prompts: each call's tokens ("tokens",
-    "again"), and the new positions of every forward ("positions"): what tells a generation that uses its cache."""
+    "again"); then on the first prompt with as many new tokens as bring it to n_ctx + 1 positions ("edge": the last
+    new token needs no forward of its own, so the model never sees more than n_ctx; "edge_raised", what it raised,
+    where it did); and the new positions of every forward ("positions"): what tells a generation that uses its
+    cache."""
+    import torch
+
     getattr(model, "positions", []).clear()
     first = cached_generate(model, tokens, new_tokens)
     try:
@@ -1125,7 +1133,51 @@ def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict
             f"cached_generate worked on a first call and raised on a second call with another prompt on the same "
             f"model: {type(err).__name__}: {err}"
         ) from None
-    return {"tokens": first, "again": again, "positions": _positions(model)}
+    out = {"tokens": first, "again": again}
+    fits = model.cfg.n_ctx + 1 - tokens.shape[1]
+    try:
+        out["edge"] = cached_generate(model, tokens, fits)
+    except Exception as err:  # noqa: BLE001 - reported as what it is, once the positions fed have been judged
+        said = (
+            f"cached_generate raised {type(err).__name__} ({str(err)[:120]}) with {fits} new tokens, which bring the "
+            f"prompt to n_ctx + 1 = {model.cfg.n_ctx + 1} positions: the last new token needs no forward of its own"
+        )
+        out["edge_raised"] = torch.tensor(list(said.encode()), dtype=torch.uint8)
+    return {**out, "positions": _positions(model)}
+
+
+BEAM_CASES = 320  # the small random searches of one `beam_cases` probe
+
+
+def beam_cases(beam_search, seed: int) -> dict:
+    """`beam_search` on BEAM_CASES small random searches drawn from `seed` (the judge's, secret): a bigram model over
+    six tokens, the last <|endoftext|>, a prompt of 1 to 3 tokens, 2 or 3 beams, 2 to 6 new tokens, and every
+    setting the search takes (length penalties of either sign, each early_stopping, n-gram bans of 0 to 3) in every
+    combination. Chosen cases left searches whose stopping rule was off under early_stopping="never", or that never
+    banned single tokens, with full marks (a mutation sweep); among this many, such a mistake shows. Each case's
+    tokens are an output named by its settings."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def pick(options):
+        return options[int(torch.randint(len(options), (), generator=gen))]
+
+    out = {}
+    for k in range(BEAM_CASES):
+        table = torch.randn(6, 6, generator=gen) * 1.5
+        # <|endoftext|> likelier in most: hypotheses finish at many lengths, and the finished set fills early, where
+        # the stopping rules decide (long searches, positive penalties and "never" more often than the rest)
+        table[:, 5] += pick([0.0, 1.0, 2.0, 2.0])
+        tokens = torch.randint(0, 5, (1, pick([1, 2, 3])), generator=gen)
+        beams, new, ngram = pick([2, 3]), pick([2, 3, 4, 5, 6, 6]), pick([0, 1, 2, 3])
+        penalty, stop = pick([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 2.0, 3.0]), pick([False, True, "never", "never"])
+        found = beam_search(table_lm(table), tokens, beams, new, ngram, 5, length_penalty=penalty, early_stopping=stop)
+        settings = f"num_beams={beams}, max_new_tokens={new}, no_repeat_ngram_size={ngram}, length_penalty={penalty}"
+        out[f"case {k} ({settings}, early_stopping={stop!r}, prompt {tokens[0].tolist()})"] = _plain(
+            found, "the tokens"
+        )
+    return out
 
 
 def decode_once(decode, model, src, max_len: int):
@@ -1668,6 +1720,7 @@ SCRIPTS = {
     "loss_gradient": loss_gradient,
     "parameter_gradient": parameter_gradient,
     "input_gradient": input_gradient,
+    "beam_cases": beam_cases,
     "causal_input_gradient": causal_input_gradient,
 }
 

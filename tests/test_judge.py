@@ -1393,6 +1393,131 @@ MISTAKES += [
 ]
 
 
+# Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
+# settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
+SWEPT = ("differs from the course's", "has shape")
+SWEPT_MISTAKES = {
+    "generate going on once every row has finished": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        finished |= next_token == eos_token_id\n        if finished.all():\n            break\n",
+        "        finished |= next_token == eos_token_id\n",
+        "has shape",
+    ),
+    "generate's window one token short": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "logits = model(tokens[:, -model.cfg.n_ctx :])[:, -1]",
+        "logits = model(tokens[:, -model.cfg.n_ctx + 1 :])[:, -1]",
+        SWEPT,
+    ),
+    "min-p removing a token at the threshold": (
+        "07_sampling_and_kv_cache",
+        "test_min_p_filter",
+        "remove = probs < threshold",
+        "remove = probs <= threshold",
+        "removes",
+    ),
+    "min-p keeping one token whatever min_tokens_to_keep": (
+        "07_sampling_and_kv_cache",
+        "test_min_p_filter",
+        "always_kept = probs.topk(min(min_tokens_to_keep, logits.shape[-1]), dim=-1).indices",
+        "always_kept = probs.topk(1, dim=-1).indices",
+        "removes",
+    ),
+    "top-p ignoring min_tokens_to_keep": (
+        "07_sampling_and_kv_cache",
+        "test_top_p_filter",
+        "    remove_sorted[:, :min_tokens_to_keep] = False\n",
+        "    remove_sorted[:, :1] = False\n",
+        "removes",
+    ),
+    "cached generation running a forward for its last token": (
+        "07_sampling_and_kv_cache",
+        "test_cached_generate",
+        "if step < max_new_tokens - 1:",
+        "if step < max_new_tokens:",
+        "n_ctx + 1",
+    ),
+    "beam search never banning single tokens": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "if no_repeat_ngram_size > 0:",
+        "if no_repeat_ngram_size > 1:",
+        SWEPT,
+    ),
+    "beam search's bound multiplying by the length penalty": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "if live_scores[0].item() / reach**length_penalty <= finished[-1][0]:",
+        "if live_scores[0].item() / reach * length_penalty <= finished[-1][0]:",
+        SWEPT,
+    ),
+    "beam search's bound from its second live beam": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "if live_scores[0].item() / reach**length_penalty <= finished[-1][0]:",
+        "if live_scores[1].item() / reach**length_penalty <= finished[-1][0]:",
+        SWEPT,
+    ),
+    "beam search's bound at the current length when it never stops early": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        'reach = max_new_tokens if early_stopping == "never" and length_penalty > 0 else length',
+        "reach = length",
+        SWEPT,
+    ),
+    "greedy decoding that does not pad finished rows": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "next_token = next_token.masked_fill(finished, cfg.pad_id)",
+        "next_token = next_token",
+        SWEPT,
+    ),
+    "greedy decoding that pads finished rows with EOS": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "next_token = next_token.masked_fill(finished, cfg.pad_id)",
+        "next_token = next_token.masked_fill(finished, cfg.eos_id)",
+        SWEPT,
+    ),
+    "a sinusoidal base of 9,999": (
+        "02_embeddings",
+        "test_sinusoidal",
+        "frequencies = 1.0 / 10000 ** (two_i / d_model)",
+        "frequencies = 1.0 / 9999 ** (two_i / d_model)",
+        SWEPT,
+    ),
+    "a masked loss that always counts the last position": (
+        "06_training",
+        "test_masked_lm_loss",
+        "target_mask = loss_mask[:, 1:]",
+        "target_mask = loss_mask[:, 1:].clone()\n    target_mask[:, -1] = True",
+        "returned",
+    ),
+    # red-team round 28: an epsilon clamped into the range the judge drew it from (0.1 to 1), and a causal mask
+    # sliced from a 64 x 64 table (every context the judge drew was 15 or less)
+    "LayerNorm's epsilon clamped to 0.1 or more": (
+        "01_layernorm",
+        "test_layernorm",
+        "+ self.cfg.layer_norm_eps).sqrt()",
+        "+ max(self.cfg.layer_norm_eps, 0.1)).sqrt()",
+        SWEPT,
+    ),
+    "a causal mask from a table of 64 positions": (
+        "03_attention",
+        "test_apply_causal_mask",
+        "future = torch.triu(torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device), diagonal=1)",
+        (
+            "future = torch.triu(torch.ones(64, 64, dtype=torch.bool), diagonal=1)[:query_pos, :key_pos]\n"
+            "    if key_pos > 64:\n        return attn_scores.clone()"
+        ),
+        SWEPT,
+    ),
+}
+MISTAKES += [(notebook, grade_id, old, new, cause) for notebook, grade_id, old, new, cause in SWEPT_MISTAKES.values()]
+
+
 def test_the_judges_inputs_separate_each_filter_and_penalty_mistake_on_every_draw():
     """The inputs the judge draws for min-p and the repetition penalty are built so that the usual mistakes give
     another output on every draw, not on most (a threshold on the wrong scale; a penalty applied the wrong way)."""
@@ -1635,6 +1760,23 @@ def test_trained_weights_allow_a_few_rounding_flukes_and_no_more():
 
 
 HONEST_VARIANTS = {
+    # the frequencies through exp and log: other float32 roundings, within the tolerance at GPT-2's sizes too
+    "a sinusoid's frequencies through exp and log": (
+        "02_embeddings",
+        "test_sinusoidal",
+        "frequencies = 1.0 / 10000 ** (two_i / d_model)",
+        "frequencies = torch.exp(-9.210340371976184 * two_i / d_model)  # -ln(10000)",
+    ),
+    # one row at a time, with the generator given: the judge calls it on a few hundred rows at a time
+    "a sampler that loops over its rows": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n",
+        (
+            "    probs = logits.softmax(dim=-1)\n"
+            "    return torch.cat([torch.multinomial(row, 1, generator=generator) for row in probs])\n"
+        ),
+    ),
     # 09's demonstration builds its causal mask so; the exercise forbids torch's layers' forwards, not the file's
     # helpers (red-team round 11: ruling on the whole file failed this honest attention, 9 of 19 points)
     "a causal mask from nn.Transformer": (
@@ -1725,6 +1867,23 @@ def test_a_right_random_draw_passes_the_segment_rules_every_time():
             tokens, periods = repeated_segments(*args, generator=torch.Generator().manual_seed(seed))
             rules = dict(zip(("batch", "n_ctx", "d_vocab", "min_period", "max_period"), args, strict=True))
             assert judge._compare_segments({"0": tokens, "1": periods}, rules) is None, (seed, rules)
+
+
+def test_a_sampling_probe_calls_the_sampler_on_a_few_hundred_rows_at_a_time(tmp_path):
+    """The judge's 8,000 draws come from SAMPLE_CHUNKS calls, each recorded on its own: the record keeps every
+    operator it sees, and an honest sampler looping over 8,000 rows in Python ran past the child's memory in one
+    call (red-team rounds 22 and 27)."""
+    namespace = course_as_learner("07_sampling_and_kv_cache")
+    right, rows = namespace["sample_next_token"], []
+
+    def sample_next_token(logits, tokens, **options):
+        rows.append(logits.shape[0])
+        return right(logits, tokens, **options)
+
+    namespace["sample_next_token"] = sample_next_token
+    verdict = verdict_of("07_sampling_and_kv_cache", "test_sample_next_token", namespace, tmp_path)
+    assert verdict["passed"], verdict
+    assert rows and max(rows) == judge.SAMPLES // judge.SAMPLE_CHUNKS, sorted(set(rows))
 
 
 def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monkeypatch):
