@@ -357,7 +357,7 @@ def table_lm(table, n_ctx: int = 1024):
 
 def prefix_lm(table, n_ctx: int = 1024):
     """A language model for the probes of generation functions whose logits at a position depend on every token up to
-    it and on its index: the row of `table` ([d_vocab, d_vocab]) at a hash of the prefix, so that a generation that
+    it and on its index: the row of `table` ([rows, d_vocab]) at a hash of the prefix, so that a generation that
     feeds the model the last token only, or a window shorter than the sequence, picks other tokens; more than
     `n_ctx` positions are refused, as `table_lm` refuses them. Deterministic, the same in the judge's process and in
     the child's."""
@@ -368,7 +368,7 @@ def prefix_lm(table, n_ctx: int = 1024):
     class PrefixLM(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            vocab = table.shape[0]
+            vocab = table.shape[1]
             self.cfg = Config(d_model=8, n_heads=2, d_head=4, d_mlp=16, n_layers=1, n_ctx=n_ctx, d_vocab=vocab)
             self.table = torch.nn.Parameter(table, requires_grad=False)
 
@@ -378,7 +378,7 @@ def prefix_lm(table, n_ctx: int = 1024):
             if tokens.shape[1] > self.cfg.n_ctx:
                 raise ValueError(f"{tokens.shape[1]} positions, more than the model's n_ctx = {self.cfg.n_ctx}")
             index = torch.arange(tokens.shape[1], device=tokens.device)
-            return self.table[(7 * tokens.long().cumsum(dim=1) + 3 * index + 1) % self.cfg.d_vocab]
+            return self.table[(7 * tokens.long().cumsum(dim=1) + 3 * index + 1) % self.table.shape[0]]
 
     return PrefixLM().eval()
 
@@ -467,8 +467,10 @@ _STAND_IN_ROWS = 1 << 14  # the most ids a stand-in's call takes: the course's p
 
 def table_seq2seq(table, fields: dict):
     """A stand-in encoder-decoder for the probes of decoding functions: `encode(src)` is `table[src]`, and
-    `decode(tgt, memory, src)` is `table[tgt]` plus the mean of the source's rows (padding left out), so every step
-    depends on the source and on the tokens so far. Deterministic, the same in the judge's process and the child's."""
+    `decode(tgt, memory, src)` at a position is the row of `table` at a hash of the target up to it (as `prefix_lm`'s)
+    plus the mean of the source's rows (padding left out), so every step depends on the source, its padding and every
+    token so far (a decode fed the last token alone passed while a position's row was its token's: a mutation
+    sweep). Deterministic, the same in the judge's process and the child's."""
     import torch
 
     from harness import EncoderDecoderConfig
@@ -505,7 +507,8 @@ def table_seq2seq(table, fields: dict):
                 )
             keep = (src != self.cfg.pad_id)[..., None]  # [batch src 1]
             context = (memory * keep).sum(1, keepdim=True) / keep.sum(1, keepdim=True).clamp(min=1)
-            return self.table[tgt] + context  # [batch tgt d_vocab]
+            index = torch.arange(tgt.shape[1], device=tgt.device)
+            return self.table[(7 * tgt.long().cumsum(dim=1) + 3 * index + 1) % vocab] + context  # [batch tgt d_vocab]
 
         def forward(self, src, tgt_in):
             return self.decode(tgt_in, self.encode(src), src)
@@ -601,6 +604,8 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
             return value.expand(int(spec["repeat"]), *value.shape[1:]).clone()
         if "tile" in spec:  # the rows in turn, row i being row i % len(rows), to `tile` rows
             return value.repeat(int(spec["tile"]) // value.shape[0], *([1] * (value.dim() - 1)))
+        if spec.get("strided") and value.dim() >= 3:  # the same values laid out with dimensions 1 and 2 swapped,
+            return value.transpose(1, 2).contiguous().transpose(1, 2)  # as an einsum's output may be: not contiguous
         return value.clone()  # a fresh copy: the call may write into its input
     if "value" in spec:
         value = spec["value"]
@@ -1149,30 +1154,37 @@ def cached_steps(cached_generate, model, tokens, other, new_tokens: int) -> dict
 BEAM_CASES = 320  # the small random searches of one `beam_cases` probe
 
 
-def beam_cases(beam_search, seed: int) -> dict:
-    """`beam_search` on BEAM_CASES small random searches drawn from `seed` (the judge's, secret): a bigram model over
-    six tokens, the last <|endoftext|>, a prompt of 1 to 3 tokens, 2 or 3 beams, 2 to 6 new tokens, and every
+def beam_cases(beam_search, seed: int, _nudge: tuple[int, float] | None = None) -> dict:
+    """`beam_search` on BEAM_CASES small random searches drawn from `seed` (the judge's, secret): a model over six
+    tokens, the last <|endoftext|>, a prompt of 1 to 3 tokens, 2 or 3 beams, 2 to 6 new tokens, and every
     setting the search takes (length penalties of either sign, each early_stopping, n-gram bans of 0 to 3) in every
     combination. Chosen cases left searches whose stopping rule was off under early_stopping="never", or that never
     banned single tokens, with full marks (a mutation sweep); among this many, such a mistake shows. Each case's
-    tokens are an output named by its settings."""
+    tokens are an output named by its settings. `_nudge` (the judge's, outside): (seed, scale) of a random change to
+    every table, the same cases otherwise (`judge._beam_cases`)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
+    nudges = None if _nudge is None else torch.Generator().manual_seed(_nudge[0])
 
     def pick(options):
         return options[int(torch.randint(len(options), (), generator=gen))]
 
     out = {}
     for k in range(BEAM_CASES):
-        table = torch.randn(6, 6, generator=gen) * 1.5
+        # a model whose logits depend on the whole prefix (`prefix_lm`, 61 rows): under a bigram model, sequences of
+        # the same steps in another order tie exactly, and rounding chose between them (a right search written in
+        # float64 lost its point)
+        table = torch.randn(61, 6, generator=gen) * 1.5
         # <|endoftext|> likelier in most: hypotheses finish at many lengths, and the finished set fills early, where
         # the stopping rules decide (long searches, positive penalties and "never" more often than the rest)
         table[:, 5] += pick([0.0, 1.0, 2.0, 2.0])
+        if nudges is not None:
+            table = table + _nudge[1] * torch.randn(table.shape, generator=nudges)
         tokens = torch.randint(0, 5, (1, pick([1, 2, 3])), generator=gen)
         beams, new, ngram = pick([2, 3]), pick([2, 3, 4, 5, 6, 6]), pick([0, 1, 2, 3])
         penalty, stop = pick([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 2.0, 3.0]), pick([False, True, "never", "never"])
-        found = beam_search(table_lm(table), tokens, beams, new, ngram, 5, length_penalty=penalty, early_stopping=stop)
+        found = beam_search(prefix_lm(table), tokens, beams, new, ngram, 5, length_penalty=penalty, early_stopping=stop)
         settings = f"num_beams={beams}, max_new_tokens={new}, no_repeat_ngram_size={ngram}, length_penalty={penalty}"
         out[f"case {k} ({settings}, early_stopping={stop!r}, prompt {tokens[0].tolist()})"] = _plain(
             found, "the tokens"
