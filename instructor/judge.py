@@ -106,7 +106,7 @@ class Probe:
     """One of a graded test's probes: `target` (a class built from a config, or a function) run on `args`.
 
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
-    "strided_float", "tokens", "softmax", "logits", "fine_logits", "peaked_logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
+    "strided_float", "tokens", "softmax", "logits", "fine_logits", "soft_logits", "peaked_logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
     "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
@@ -266,6 +266,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn(
             "test_apply_causal_mask", "apply_causal_mask", ("float", ("batch", "n_heads", "pos", "pos")), compare="mask"
         ),
+        # ... and up to GPT-2's 1,024 positions (a mask sliced from a 128 x 128 table passed while the judge's
+        # longest sequence was 96: red-team round 29)
+        _fn("test_apply_causal_mask", "apply_causal_mask", ("float", (1, 1, "big_pos", "big_pos")), compare="mask"),
         _fn("test_attention_scores", "attention_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
         _fn("test_attention_pattern", "attention_pattern", ("float", ("batch", "n_heads", "pos", "pos"))),
         _fn(
@@ -420,6 +423,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             compare="softmax",
         ),
         _fn("test_top_k_filter", "top_k_filter", LOGITS, ("int", (1, 20)), compare="filter"),
+        # ... and up to the vocabulary (k capped at 20 passed while every k drawn was 20 or less: red-team round 29)
+        _fn("test_top_k_filter", "top_k_filter", LOGITS, ("int", (21, "d_vocab-1")), compare="filter"),
         # whole-number logits, ties everywhere: a tie with the k-th largest is kept, as transformers' TopKLogitsWarper
         _fn(
             "test_top_k_filter",
@@ -497,7 +502,27 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("none", None), ("none", None), ("real", (0.0, 0.0))),
                 (("int", (2, 12)), ("none", None), ("real", (0.0, 0.0))),
                 (("none", None), ("real", (0.3, 0.9)), ("real", (0.5, 2.0))),
+                # top-p as high as it is set in practice (a sampler that skipped it past 0.9 passed: round 29)
+                (("none", None), ("real", (0.9, 0.99)), ("real", (0.0, 0.0))),
             )
+        ),
+        # the options' ranges past the ones above, each on logits whose distribution it changes (a sampler greedy
+        # below temperature 0.5, and one that skipped top-k past 12, passed while none was drawn: red-team round 29)
+        _sample(
+            ("soft_logits", ("d_vocab",)),
+            ("few_tokens", ("n_ctx",)),
+            ("real", (0.05, 0.5)),
+            ("none", None),
+            ("none", None),
+            ("real", (0.0, 0.0)),
+        ),
+        _sample(
+            ("soft_logits", ("d_vocab",)),
+            ("few_tokens", ("n_ctx",)),
+            ("real", (0.5, 2.0)),
+            ("int", (13, "d_vocab-10")),
+            ("none", None),
+            ("real", (0.0, 0.0)),
         ),
         replace(  # both filters, top-k first; where the draws follow the other order, the verdict says so
             _sample(
@@ -1111,7 +1136,10 @@ EXPECTATIONS = {
 RANDOM_FAILURE = 1e-9  # the most a rule about a random output may fail a right answer
 SAMPLES = 8000  # draws per sampling probe, 4,000 a row: a token of probability p is off by 6 sigma once in ~10^9 tests
 SAMPLE_ROWS = 2  # the different rows of a sampling probe, in turn
-SAMPLE_CHUNKS = 16  # a sampling probe's calls, each on SAMPLES / SAMPLE_CHUNKS rows (`probe_runner._chunk`)
+# A sampling probe's calls (`probe_runner._chunk`): a few of a few rows, as a batch of prompts is in practice, and
+# the rest of a few hundred, each recorded on its own. Each an even number: row i of a call draws from row i % 2.
+SAMPLE_CALLS = (2, 4, 6, 8, 10, 12, 14, 16, 18, 22, *(464,) * 17)
+SMALL_CALLS = 10  # the first ten, 112 rows, whose draws are also judged on their own
 # A token's count is off when it is in a tail this unlikely: some 12,000 such counts a job (tokens, rows, halves, both
 # tails, probes and their replicas) then fail a right sampler less than once in 10^9 jobs
 SAMPLE_TAIL = 5e-14
@@ -1334,6 +1362,9 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return 100 * values
     if kind == "fine_logits":  # logits 0.01 apart or so: temperatures of that size change their distribution
         return 0.01 * values
+    if kind == "soft_logits":  # logits 0.3 apart or so: temperatures down to 0.05 leave several tokens likely, and
+        # a top-k leaves out a tenth of the probability or more
+        return 0.3 * values
     if kind == "peaked_logits":  # "logits" whose top token per row is above the rest by log(20 * d_vocab) or more:
         # its probability is 0.95 or more, and no other token's is a 20th of it
         values[torch.arange(shape[0]), torch.randint(0, shape[-1], (shape[0],), generator=gen)] = values.amax(
@@ -1874,6 +1905,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             dims["padded_rows"] = 3
             dims["short_pos"] = 2 + secrets.randbelow(job["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
             dims["beam_eos"] = secrets.randbelow(job["d_vocab"])  # each probe its own: no id written in passes them all
+            dims["big_pos"] = 129 + secrets.randbelow(896)  # past the sizes of tables a learner may write in
             dims |= {**cfg, **schedule}
             for _ in range(REDRAWS):
                 drawn = [
@@ -1927,7 +1959,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             if probe.script and not probe.module:
                 entry["script"] = probe.script  # the function is run through it, in the child as here
             if probe.compare == "samples":
-                entry["chunks"] = SAMPLE_CHUNKS
+                entry["chunks"] = list(SAMPLE_CALLS)
             values = [_copy(value) for value, _ in drawn]
             n_positional = len(values) - len(probe.keywords)
             keywords = dict(zip(probe.keywords, values[n_positional:], strict=True))
@@ -2218,36 +2250,46 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
 
     if (got < 0).any() or (got >= probs.shape[-1]).any():
         return "drew token ids outside the vocabulary"
-    # each call's generator is seeded apart (`probe_runner._chunk`): calls that all draw alike ignored theirs, unless
-    # the distributions make that likely (about one chance in 10^9 or more, as where a filter keeps one token),
-    # where each call alone follows the distributions (a sampler that takes the likeliest token draws alike too)
-    calls = got.reshape(SAMPLE_CHUNKS, -1)
-    alike = SAMPLE_CHUNKS - torch.unique(calls, dim=0).shape[0]
-    collide = probs.double().reshape(-1, probs.shape[-1]).pow(2).sum(-1).log().sum() * calls.shape[1] / len(probs)
-    unlikely = float(collide) + math.log(SAMPLE_CHUNKS**2) < math.log(1e-9)
-    if alike == SAMPLE_CHUNKS - 1 and unlikely and _rows_off(calls[0], probs, 1) is None:
+    # each call's generator is seeded apart (`probe_runner._chunk`): calls of the same size that all draw alike
+    # ignored theirs, unless the distributions make that likely (about one chance in 10^9 or more, as where a filter
+    # keeps one token), where each call alone follows the distributions (a sampler that takes the likeliest token
+    # draws alike too)
+    size = max(SAMPLE_CALLS)
+    same_size = got[sum(SAMPLE_CALLS[:SMALL_CALLS]) :].reshape(-1, size)
+    alike = len(same_size) - torch.unique(same_size, dim=0).shape[0]
+    collide = probs.double().reshape(-1, probs.shape[-1]).pow(2).sum(-1).log().sum() * size / len(probs)
+    unlikely = float(collide) + math.log(len(same_size) ** 2) < math.log(1e-9)
+    if alike == len(same_size) - 1 and unlikely and _rows_off(same_size[0], probs, (size,)) is None:
         return (
-            f"it drew the same from a generator in another state: its {SAMPLE_CHUNKS} calls, each with a generator "
-            "seeded apart, all drew alike (draw with the `generator` it is given, not one of its own)"
+            f"it drew the same from a generator in another state: its {len(same_size)} calls of {size} rows, each with "
+            "a generator seeded apart, all drew alike (draw with the `generator` it is given, not one of its own)"
         )
-    why = _rows_off(got, probs, SAMPLE_CHUNKS)
+    why = _rows_off(got, probs, SAMPLE_CALLS)
     if why is None:
         return None
     for mistake, other in (alternatives or {}).items():
-        if _rows_off(got, other, SAMPLE_CHUNKS) is None:
+        if _rows_off(got, other, SAMPLE_CALLS) is None:
             return f"{mistake}: its draws follow that distribution, not the course's ({why})"
     return why
 
 
-def _rows_off(got, probs, n_calls: int) -> str | None:
+def _rows_off(got, probs, calls: tuple[int, ...]) -> str | None:
+    """Why the draws of calls of `calls` rows each are not draws of `probs` row by row (row i of a call from row
+    i % len(probs)), if they are not: over each row's draws, over the first and the second halves of the calls, and
+    over the calls of a few rows (SMALL_CALLS) on their own."""
+    import torch
+
     rows = probs.reshape(-1, probs.shape[-1])
-    # the halves of each call (the probe's rows are cut in SAMPLE_CHUNKS calls, `probe_runner._chunk`), put together
-    calls = got.reshape(n_calls, -1)
-    halves = calls[:, : calls.shape[1] // 2].reshape(-1), calls[:, calls.shape[1] // 2 :].reshape(-1)
+    at = torch.cat([torch.arange(n) for n in calls])  # each draw's place in its call
+    half = torch.cat([torch.arange(n) < n // 2 for n in calls])
+    small = torch.cat([torch.full((n,), c < SMALL_CALLS and len(calls) > SMALL_CALLS) for c, n in enumerate(calls)])
     for r, row in enumerate(rows):
-        draws, first, last = (part[r :: len(rows)] for part in (got, *halves))
-        for part, where in ((draws, ""), (first, ", first half"), (last, ", second half")):
-            why = _samples_off(part, row)
+        mine = at % len(rows) == r
+        parts = ((mine, ""), (mine & half, ", first half of each call"), (mine & ~half, ", second half of each call"))
+        few = f", in the calls of {max(calls[:SMALL_CALLS])} rows or fewer"
+        parts += ((mine & small, few),) if small.any() else ()
+        for which, where in parts:
+            why = _samples_off(got[which], row)
             if why is not None:
                 return f"{why} (the draws for input row {r}{where})"
     return None

@@ -859,38 +859,45 @@ _TRAINS_ITS_MODEL = frozenset({"trained_weights", "train_batches", "addition_run
 
 
 def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
-    chunks = int(probe.get("chunks", 1))
-    if chunks > 1:
-        return _joined(probe["target"], [_run_one(_chunk(probe, c, chunks), namespace, tensors) for c in range(chunks)])
+    calls = probe.get("chunks")
+    if calls:
+        if not (isinstance(calls, list) and all(type(rows) is int and rows > 0 for rows in calls)):
+            raise ProbeError("the judge sent calls that are not counts of rows")  # the judge's own mistake
+        parts = [_run_one(_chunk(probe, c, rows), namespace, tensors) for c, rows in enumerate(calls)]
+        return _joined(probe["target"], parts, calls)
     return _run_whole(probe, namespace, tensors)
 
 
-def _chunk(probe: dict, c: int, chunks: int) -> dict:
-    """Part `c` of a sampling probe cut in `chunks` (`judge.SAMPLE_CHUNKS`): its rows a `chunks`-th as many,
-    its generator seeded apart for each part, so that the parts' draws are independent. Each part is its own call,
-    recorded on its own: the record keeps every operator it sees, and an honest sampler that loops over 8,000 rows
-    in Python ran millions of them in one call, past the child's memory (red-team rounds 22 and 27)."""
+def _chunk(probe: dict, c: int, rows: int) -> dict:
+    """Call `c` of a sampling probe cut in calls (`judge.SAMPLE_CALLS`): `rows` of its rows, its generator seeded
+    apart for each call, so that the calls' draws are independent. Each call is recorded on its own: the record keeps
+    every operator it sees, and an honest sampler that loops over 8,000 rows in Python ran millions of them in one
+    call, past the child's memory (red-team rounds 22 and 27). Some calls are of a few rows, as in practice (a
+    sampler greedy on fewer than 64 rows passed while every call was of 500: red-team round 29)."""
     args = []
     for spec in probe["args"]:
         spec = dict(spec)
-        for rows in ("tile", "repeat"):
-            if rows in spec:
-                spec[rows] = int(spec[rows]) // chunks
+        for kind in ("tile", "repeat"):
+            if kind in spec:
+                spec[kind] = rows
         if "generator" in spec:
             spec["generator"] = (int(spec["generator"]) + c * 0x9E3779B97F4A7C15) % (1 << 63)
         args.append(spec)
-    return dict(probe, args=args, chunks=1)
+    return dict(probe, args=args, chunks=None)
 
 
-def _joined(target: str, parts: list[dict]) -> dict:
-    """The parts' frozen outputs (`_frozen`) as one, row after row."""
+def _joined(target: str, parts: list[dict], calls: list[int]) -> dict:
+    """The calls' frozen outputs (`_frozen`) as one, row after row: each call's as many rows as it was given."""
     joined = {}
     for name, (dtype, shape, _) in parts[0].items():
         pieces = [part.get(name) for part in parts]
-        if not shape or any(p is None or p[0] != dtype or p[1][1:] != shape[1:] for p in pieces):
+        if not shape or any(
+            p is None or p[0] != dtype or p[1][1:] != shape[1:] or p[1][0] != rows
+            for p, rows in zip(pieces, calls, strict=True)
+        ):
             raise ProbeError(
-                f"{target}'s output {name!r} does not follow its input's rows (the judge calls it on a few of them "
-                "at a time and puts the outputs together)"
+                f"{target}'s output {name!r} does not have a row for each of its input's rows (the judge calls it on "
+                "a few of them at a time, from 2 to a few hundred, and puts the outputs together)"
             )
         joined[name] = (dtype, (sum(p[1][0] for p in pieces), *shape[1:]), b"".join(p[2] for p in pieces))
     return joined

@@ -1525,6 +1525,58 @@ SWEPT_MISTAKES = {
         "return logits / max(temperature, 1e-2)",
         "probabilities after a softmax differ",
     ),
+    # red-team round 29: parameters the judge never drew (a few rows, low temperatures, a high top-p or top-k,
+    # contexts past 96)
+    "a sampler greedy on fewer than 64 rows": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n",
+        (
+            "    if logits.shape[0] < 64:\n        return logits.argmax(dim=-1)\n"
+            "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n"
+        ),
+        "in the calls of",
+    ),
+    "a sampler greedy below temperature 0.5": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n",
+        (
+            "    if temperature < 0.5:\n        return logits.argmax(dim=-1)\n"
+            "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n"
+        ),
+        "do not follow",
+    ),
+    "top-p skipped past 0.9 and top-k past 12": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        (
+            "    if top_k is not None:\n        logits = top_k_filter(logits, top_k)\n"
+            "    if top_p is not None:\n        logits = top_p_filter(logits, top_p)\n"
+        ),
+        (
+            "    if top_k is not None and top_k <= 12:\n        logits = top_k_filter(logits, top_k)\n"
+            "    if top_p is not None and top_p <= 0.9:\n        logits = top_p_filter(logits, top_p)\n"
+        ),
+        "where the course's filters remove it",
+    ),
+    "top-k capped at 20": (
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        "    k = min(k, logits.shape[-1])\n",
+        "    k = min(k, logits.shape[-1]) if k >= logits.shape[-1] else min(k, 20)\n",
+        "removes",
+    ),
+    "a causal mask from a table of 128 positions": (
+        "03_attention",
+        "test_apply_causal_mask",
+        "future = torch.triu(torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device), diagonal=1)",
+        (
+            "future = torch.triu(torch.ones(128, 128, dtype=torch.bool), diagonal=1)[:query_pos, :key_pos]\n"
+            "    if key_pos > 128:\n        return attn_scores.clone()"
+        ),
+        SWEPT,
+    ),
     "a masked loss that always counts the last position": (
         "06_training",
         "test_masked_lm_loss",
@@ -1915,9 +1967,10 @@ def test_a_right_random_draw_passes_the_segment_rules_every_time():
 
 
 def test_a_sampling_probe_calls_the_sampler_on_a_few_hundred_rows_at_a_time(tmp_path):
-    """The judge's 8,000 draws come from SAMPLE_CHUNKS calls, each recorded on its own: the record keeps every
+    """The judge's 8,000 draws come from the calls of SAMPLE_CALLS, each recorded on its own: the record keeps every
     operator it sees, and an honest sampler looping over 8,000 rows in Python ran past the child's memory in one
-    call (red-team rounds 22 and 27)."""
+    call (red-team rounds 22 and 27). Some calls are of a few rows (a sampler greedy below 64 rows passed while every
+    call was of 500: red-team round 29)."""
     namespace = course_as_learner("07_sampling_and_kv_cache")
     right, rows = namespace["sample_next_token"], []
 
@@ -1928,7 +1981,7 @@ def test_a_sampling_probe_calls_the_sampler_on_a_few_hundred_rows_at_a_time(tmp_
     namespace["sample_next_token"] = sample_next_token
     verdict = verdict_of("07_sampling_and_kv_cache", "test_sample_next_token", namespace, tmp_path)
     assert verdict["passed"], verdict
-    assert rows and max(rows) == judge.SAMPLES // judge.SAMPLE_CHUNKS, sorted(set(rows))
+    assert set(rows) == set(judge.SAMPLE_CALLS), sorted(set(rows))
 
 
 def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monkeypatch):
