@@ -295,10 +295,45 @@ class _StepWatcher:
         self.lrs: list[list[float]] = []
         self.first_lr_unset = False
         self.optimizers: list = []  # every distinct optimizer that stepped the model (kept alive: ids stay unique)
+        self.pending: list[Tensor] | None = None  # the weights a step given a closure started from
 
-    def __call__(self, optimizer, *_):
-        if not any(p is q for group in optimizer.param_groups for p in group["params"] for q in self.params[:1]):
+    def watch(self):
+        """Hook every optimizer's steps; returns what removes the hooks."""
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        handles = (register_optimizer_step_pre_hook(self), register_optimizer_step_post_hook(self.after_step))
+        return types.SimpleNamespace(remove=lambda: [handle.remove() for handle in handles])
+
+    def _ours(self, optimizer) -> bool:
+        return any(p is q for group in optimizer.param_groups for p in group["params"] for q in self.params[:1])
+
+    def __call__(self, optimizer, args=(), kwargs=None):
+        """Before a step. A step given a closure (`optimizer.step(closure)`, as LBFGS needs it) runs the forward and
+        the backward inside itself: it is checked once it has run, at the weights it started from (`after_step`)."""
+        if not self._ours(optimizer):
             return
+        given = args[1:] if args and args[0] is optimizer else args  # torch passes step's own arguments, self first
+        if (given and callable(given[0])) or callable((kwargs or {}).get("closure")):
+            self.pending = [p.detach().clone() for p in self.params]
+            return
+        self._check_step(optimizer)
+
+    def after_step(self, optimizer, args=(), kwargs=None):
+        if self.pending is None or not self._ours(optimizer):
+            return
+        started, self.pending = self.pending, None
+        ended = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, weights in zip(self.params, started, strict=True):
+                p.copy_(weights)
+        try:
+            self._check_step(optimizer)
+        finally:
+            with torch.no_grad():
+                for p, weights in zip(self.params, ended, strict=True):
+                    p.copy_(weights)
+
+    def _check_step(self, optimizer) -> None:
         if not any(optimizer is seen for seen in self.optimizers):
             self.optimizers.append(optimizer)
         step, model = self.steps, self.model
@@ -448,8 +483,6 @@ def train_test(train: Callable, TrainingArgs) -> None:
     (which catches a missing zero_grad, backward or clipping), and the learning rate with the warm-up + cosine
     schedule; afterwards the loss must have gone down.
     """
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-
     name = getattr(train, "__name__", "train")
     if not callable(train):
         fail(f"Expected the training function itself, got {type(train).__name__}.")
@@ -476,7 +509,7 @@ def train_test(train: Callable, TrainingArgs) -> None:
     before = [p.detach().clone() for p in model.parameters()]
     watcher = _StepWatcher(model, args, train_rows, {tuple(row) for row in val_windows.tolist()})
     logged: list[str] = []
-    handle = register_optimizer_step_pre_hook(watcher)
+    handle = watcher.watch()
     try:
         with _quiet(train):
             history = call(train, model, train_windows, val_windows, args, logged.append, what=f"{name}(...)")
@@ -1018,8 +1051,6 @@ def train_addition_test(train_addition: Callable, TrainingArgs) -> None:
     """Checks `train_addition(model, args, n_digits) -> list[float]` by training a toy model with it: one optimizer,
     the scheduled learning rate, fresh addition problems every step, the loss on the answer digits only (compared with
     the gradient of that loss recomputed at every optimizer step), one recorded loss per step."""
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-
     name = getattr(train_addition, "__name__", "train_addition")
     if not callable(train_addition):
         fail(f"Expected the training function itself, got {type(train_addition).__name__}.")
@@ -1035,7 +1066,7 @@ def train_addition_test(train_addition: Callable, TrainingArgs) -> None:
     model = _ProbeModel()
     before = [p.detach().clone() for p in model.parameters()]
     watcher = _AdditionWatcher(model, args, n_digits)
-    handle = register_optimizer_step_pre_hook(watcher)
+    handle = watcher.watch()
     try:
         with _quiet(train_addition):
             losses = call(train_addition, model, args, n_digits, what=f"{name}(model, args, {n_digits})")
@@ -1088,7 +1119,7 @@ def train_addition_test(train_addition: Callable, TrainingArgs) -> None:
     for n_digits_2, seed_2 in ((3, fields["seed"]), (n_digits, fields["seed"] + 8)):
         args_2 = TrainingArgs(**{**fields, "max_steps": 2, "warmup_steps": 1, "seed": seed_2})
         watcher_2 = _AdditionWatcher(_ProbeModel(), args_2, n_digits_2)
-        handle = register_optimizer_step_pre_hook(watcher_2)
+        handle = watcher_2.watch()
         what = f"{name}(model, args with seed={seed_2}, {n_digits_2})"
         try:
             with _quiet(train_addition):
