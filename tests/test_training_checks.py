@@ -303,39 +303,32 @@ def test_train_passes_course_implementation(capsys):
     assert_passes(capsys, train_test, course.train, course.TrainingArgs)
 
 
-def step_with_a_closure(model, optimizer, train_windows, val_windows, step, args):
-    set_lr(optimizer, lr_at(step, args))
-    batch = batch_of(train_windows, args)
+def step_with_a_closure(clip: bool):
+    """A loop body that hands the optimizer a closure computing the loss and its gradients (clipped if `clip`)."""
 
-    def closure():
-        optimizer.zero_grad()
-        loss = lm_cross_entropy(model(batch), batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        return loss
+    def body(model, optimizer, train_windows, val_windows, step, args):
+        set_lr(optimizer, lr_at(step, args))
+        batch = batch_of(train_windows, args)
 
-    return optimizer.step(closure)
+        def closure():
+            optimizer.zero_grad()
+            loss = lm_cross_entropy(model(batch), batch)
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            return loss
 
+        return optimizer.step(closure)
 
-def closure_without_clipping(model, optimizer, train_windows, val_windows, step, args):
-    set_lr(optimizer, lr_at(step, args))
-    batch = batch_of(train_windows, args)
-
-    def closure():
-        optimizer.zero_grad()
-        loss = lm_cross_entropy(model(batch), batch)
-        loss.backward()
-        return loss
-
-    return optimizer.step(closure)
+    return body
 
 
 def test_a_step_given_a_closure_is_checked_as_any_step(capsys):
     """`optimizer.step(closure)` (the form LBFGS needs) runs the forward and backward inside the step: the check
     judges it once it has run, at the weights it started from (red-team round 29: an honest loop written so scored 0,
     "the model had not been run with gradients")."""
-    assert_passes(capsys, train_test, make_train(step_with_a_closure), TrainingArgs)
-    assert_fails(train_test, make_train(closure_without_clipping), TrainingArgs, match="not clipped")
+    assert_passes(capsys, train_test, make_train(step_with_a_closure(clip=True)), TrainingArgs)
+    assert_fails(train_test, make_train(step_with_a_closure(clip=False)), TrainingArgs, match="not clipped")
 
 
 @pytest.mark.parametrize(
