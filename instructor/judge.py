@@ -1165,6 +1165,9 @@ class Prepared:
     # the probe child had a feeder (the sandbox's always does): then no record of its served calls means it was
     # lost, never a child that ran without one, and the child's own records are never read
     fed: bool = False
+    # what a failed probe's message shows of its inputs (`_described`), or of a parameter group's model, its
+    # parameters' names: a scalar off by a step, or one parameter decayed, is found from there
+    inputs: dict = field(default_factory=dict)
 
 
 TWIN = 50_000  # a probe's run on the job's second shape: "p<TWIN + i>"
@@ -1985,6 +1988,9 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                     expected = getattr(course, probe.target)(*values, **keywords)
                 if probe.output == "param_groups":
                     expected = param_group_decay(expected, values[0])
+                    prepared.inputs[name] = [key for key, _ in values[0].named_parameters()]
+                elif probe.output in ("scalar", "int"):
+                    prepared.inputs[name] = _described(values, keywords)
             prepared.probes[name] = probe
             if probe.script == "same_seed_twice" and probe.grade_id not in replicated:
                 replicated.add(probe.grade_id)
@@ -2858,6 +2864,8 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
             why = errors[name]
         else:
             why = "no output returned" + (f" ({next(iter(errors.values()))})" if errors else "")
+        if why is not None and got is not None and name in prepared.inputs:
+            why = _with_inputs(why, prepared.inputs[name], got, prepared.expected[name])
         if why is not None and probe.hint and not problem:
             why = f"{probe.hint} ({why})"
         if why is None and name in prepared.replicas:
@@ -2868,6 +2876,39 @@ def verdicts(prepared: Prepared) -> dict[str, dict]:
         if old is None or old["passed"]:
             result[probe.grade_id] = {"passed": why is None, "message": None if why is None else f"judge: {why}"}
     return result
+
+
+def _described(values: list, keywords: dict) -> str:
+    """A probe's inputs as a message shows them: numbers as they are, a dataclass by the fields it was given other
+    than their defaults, a tensor by its shape."""
+    import dataclasses
+
+    import torch
+
+    def one(value) -> str:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            given = [f for f in dataclasses.fields(value) if getattr(value, f.name) != f.default]
+            return f"{type(value).__name__}({', '.join(f'{f.name}={getattr(value, f.name)!r}' for f in given)})"
+        if isinstance(value, torch.Tensor):
+            return f"a tensor of shape {list(value.shape)}"
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return repr(value)
+        return f"a {type(value).__name__}"
+
+    return ", ".join([*map(one, values), *(f"{key}={one(value)}" for key, value in keywords.items())])[:300]
+
+
+def _with_inputs(why: str, inputs, got, expected) -> str:
+    """A failed probe's message with what it was called with, or, for parameter groups, the parameters whose decay
+    is not the course's."""
+    if isinstance(inputs, str):
+        return f"{why}; called with {inputs}"
+    try:
+        wrong = [i for i, (a, b) in enumerate(zip(got.tolist(), expected.tolist(), strict=True)) if a != b]
+    except (AttributeError, TypeError, ValueError):
+        return why
+    shown = ", ".join(f"{inputs[i]} ({got[i]:g}, the course's {expected[i]:g})" for i in wrong[:4])
+    return f"{why}; the parameters decayed otherwise: {shown}{' and more' if len(wrong) > 4 else ''}" if wrong else why
 
 
 def _replicated(probe: Probe, got, first, kind: str, course_differs: bool) -> str | None:

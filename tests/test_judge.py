@@ -1984,6 +1984,25 @@ def test_a_sampling_probe_calls_the_sampler_on_a_few_hundred_rows_at_a_time(tmp_
     assert set(rows) == set(judge.SAMPLE_CALLS), sorted(set(rows))
 
 
+def test_a_scalars_message_shows_its_inputs_and_a_groups_message_names_its_parameters(tmp_path):
+    """A number off by a step, or one parameter decayed, is found from what the probe was called with (a mutation
+    sweep: "returned 0.00385, the course's 0.00386" and "at index [1]" named neither)."""
+    namespace = course_with(
+        "06_training",
+        "progress = (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps)",
+        "progress = (step + 1 - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps)",
+    )
+    verdict = verdict_of("06_training", "test_lr_at", namespace, tmp_path / "lr")
+    assert not verdict["passed"] and "called with " in verdict["message"] and "TrainingArgs(" in verdict["message"]
+    namespace = course_with(
+        "06_training",
+        "(decay if param.ndim >= 2 and not is_embedding else no_decay)",
+        "(decay if param.ndim >= 1 and not is_embedding else no_decay)",
+    )
+    verdict = verdict_of("06_training", "test_weight_decay_groups", namespace, tmp_path / "groups")
+    assert not verdict["passed"] and "the parameters decayed otherwise: blocks.0." in verdict["message"], verdict
+
+
 def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monkeypatch):
     """About one draw in fifty has no end-of-text id on which the greedy rows finish at different steps; on such a
     draw a generate that does not pad finished rows passed (a flake in CI). The judge draws the model and prompts
