@@ -2198,7 +2198,9 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
             return f"{differs}: {int((got != expected).sum())} of {got.numel()} entries"
         return None
     if got.is_floating_point() and got.isnan().any():
-        return f"{what} has {int(got.isnan().sum())} NaN values"
+        at = tuple(got.isnan().nonzero()[0].tolist())
+        there = f", where the course's is {float(expected[at]):.4g}" if expected.shape == got.shape else ""
+        return f"{what} has {int(got.isnan().sum())} NaN values, the first at index {list(at)}{there}"
     if probe.compare == "mask":  # unmasked entries exactly; masked ones -inf or <= -1e4 (the same after softmax)
         masked = expected <= -1e4
         if not torch.equal(got[~masked].to(expected.dtype), expected[~masked]):
