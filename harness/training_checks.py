@@ -853,8 +853,9 @@ def _lr_edges(lr_at: Callable, TrainingArgs, name: str) -> None:
             if not math.isclose(float(value), expected, rel_tol=1e-6, abs_tol=1e-12):
                 fail(
                     f"{name}({step}, args with {shown}) = {float(value):.6g}, expected {expected:.6g}; the schedule "
-                    f"with warmup_steps=20, max_steps=200 was right. From max_steps on the rate stays at "
-                    "min_lr_ratio * lr, also when the decay lasts one step or none."
+                    f"with warmup_steps=20, max_steps=200 was right. At step warmup_steps the rate is lr, the "
+                    "cosine's start; it reaches min_lr_ratio * lr at max_steps and stays there after. Where "
+                    "max_steps == warmup_steps there is no decay: lr at that step, min_lr_ratio * lr after it."
                 )
 
 

@@ -106,14 +106,15 @@ class Probe:
     """One of a graded test's probes: `target` (a class built from a config, or a function) run on `args`.
 
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
-    "strided_float", "tokens", "softmax", "logits", "fine_logits", "soft_logits", "peaked_logits", "graded_logits", "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
+    "strided_float", "tokens", "softmax", "logits", "fine_logits", "soft_logits", "peaked_logits", "graded_logits",
+    "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
     "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
     (a bigram language model, `probe_runner.table_lm`; "ending_lm" one that ends every row at once; "penalty_lm"
     one that prefers ids 0-5; "window_lm" ("window_prefix_lm", `prefix_lm`'s) one
-    whose context is 4 positions), "ragged"/"uneven" (lists of token ids of different
+    whose context is 4 positions), "ragged"/"uneven"/"ragged_late" (lists of token ids of different
     lengths) and "finishing_eos"/"generate_eos" (an id the course's model emits early, from other arguments:
     `_finishing_eos`, `_generate_eos`).
     `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
@@ -222,11 +223,14 @@ def _greedy_generate(model, tokens, new_tokens: tuple[int, int], eos, penalty: t
     )
 
 
-def _lr(phase: str, no_decay: bool = False) -> Probe:
+def _lr(phase: str, no_decay: bool = False, far: bool = False) -> Probe:
     """lr_at at a step of `phase`; `no_decay`: on a schedule whose max_steps is its warmup_steps (nothing to decay
-    over: the check's edge, where a division by max_steps - warmup_steps fails)."""
-    fields = ("TrainingArgs", LR_FIELDS, "no_decay") if no_decay else ("TrainingArgs", LR_FIELDS)
-    return _fn("test_lr_at", "lr_at", ("step", phase), ("dataclass", fields), output="scalar")
+    over: the check's edge, where a division by max_steps - warmup_steps fails); `far`: on the job's far schedule,
+    long spans and high floors (`prepare`)."""
+    how = ("no_decay",) * no_decay + ("far",) * far
+    return _fn(
+        "test_lr_at", "lr_at", ("step", (phase, far)), ("dataclass", ("TrainingArgs", LR_FIELDS, *how)), output="scalar"
+    )
 
 
 PROBES: dict[str, tuple[Probe, ...]] = {
@@ -320,7 +324,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "greedy_generate",
             ("table_lm", None),
             ("tokens", ("batch", "pos")),
-            ("int", (1, 8)),
+            ("int", (1, 30)),  # past 8, the most drawn before (a loop capped at 8 passed: red-team round 30)
             compare="exact",
         ),
         _fn(  # one prompt: a batch of one row (a `.squeeze()` that drops the batch dimension there had full marks)
@@ -347,6 +351,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     "06_training": (
         *(_lr(phase) for phase in ("start", "warmup", "end_of_warmup", "decay", "end", "after")),
         *(_lr(phase, no_decay=True) for phase in ("end_of_warmup", "after")),
+        # ... and on a schedule of long spans and a high floor (a decay clamped to the 401 steps drawn before, and a
+        # constant rate from a ratio of 0.5, passed while every ratio was below 0.5: red-team round 30)
+        *(_lr(phase, far=True) for phase in ("warmup", "decay", "end", "after")),
         *_and_its_gradient(
             _fn(
                 "test_masked_lm_loss",
@@ -754,14 +761,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("int", (20, 40)),
                 ("int", vocab),
                 ("int", (2, 4)),
-                ("int", (5, 9)),
+                ("int", longest),
                 ("generator", None),
                 output="tuple",
                 compare="repeated_segments",
                 expect="segment_rules",
                 script="same_seed_twice",
             )
-            for batch, vocab in (((600, 800), (5, 12)), ((40, 64), (30, 200)))
+            # the second's periods past 9 (a segment table 9 wide passed while no period was longer: round 30)
+            for batch, vocab, longest in (((600, 800), (5, 12), (5, 9)), ((40, 64), (30, 200), (10, 19)))
         ),
         _fn(
             "test_head_detector_scores",
@@ -925,16 +933,38 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="tuple",
             compare="exact",
         ),
+        # ... and 4 to 9 rows up to 20 ids long (padding to the first 3 rows' longest passed: red-team round 30)
+        _fn(
+            "test_make_batch",
+            "make_batch",
+            ("ragged_late", ("many_rows", (1, 20))),
+            ("ragged_late", ("many_rows", (0, 20))),
+            ("config", "encdec"),
+            config="encdec",
+            output="tuple",
+            compare="exact",
+        ),
         _fn(
             "test_greedy_decode",
             "greedy_decode",
             ("table_seq2seq", None),
             ("right_padded", ("batch", "src")),
-            ("int", (2, 10)),
+            ("int", (2, 30)),  # past 10, the most drawn before (a loop capped at 10 passed: red-team round 30)
             config="encdec",
             compare="exact",
             script="decode_once",
             until="decoded_rows_finish_apart",
+        ),
+        _fn(  # no row ever emits EOS: decoding runs its max_len steps, 11 to 30 (a loop capped at 10 passed while every
+            # max_len drawn was 10 or less, and rows mostly finished early: red-team round 30)
+            "test_greedy_decode",
+            "greedy_decode",
+            ("lasting_seq2seq", None),
+            ("right_padded", ("batch", "src")),
+            ("int", (11, 30)),
+            config="encdec",
+            compare="exact",
+            script="decode_once",
         ),
         _fn(  # every row emits EOS at its first step: decoding stops there (one that went on to max_len, padding,
             # passed while some row always went on: a mutation sweep)
@@ -1462,7 +1492,7 @@ def _job_encdec(unlike: dict | None = None, long: bool = False) -> dict:
             "d_head": d_head,
             "d_model": n_heads * d_head,
             "d_ff": n_heads * d_head + 1 + secrets.randbelow(2 * n_heads * d_head),
-            "n_layers": 1 + secrets.randbelow(3),
+            "n_layers": (4 if long else 1) + secrets.randbelow(3),  # 4-6 on the long shape (3 written in passed)
             "d_vocab": d_vocab,
             "pad_id": pad,
             "bos_id": bos,
@@ -1497,8 +1527,9 @@ def _randint(lo: int, hi: int, gen) -> int:
     return int(torch.randint(lo, hi + 1, (), generator=gen))
 
 
-def _step(phase: str, dims: dict, gen) -> int:
-    warmup, end = dims["warmup_steps"], dims["max_steps"]
+def _step(param: tuple[str, bool], dims: dict, gen) -> int:
+    phase, far = param
+    warmup, end = (dims["far"] if far else dims)["warmup_steps"], (dims["far"] if far else dims)["max_steps"]
     return {
         "start": 0,
         "warmup": _randint(1, warmup - 1, gen),
@@ -1600,11 +1631,15 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         row = _random_input(row_kind, (1, *(dims[d] for d in row_shape)), dims, gen)
         tensors[key] = row
         return row.expand(SAMPLES, *row.shape[1:]).clone(), {"tensor": key, "repeat": SAMPLES}
-    if kind in ("ragged", "uneven"):  # lists of token ids of different lengths, no special id; "uneven": the
-        rows, (lo, hi) = param  # first list the longest and the second the shortest, so that some are padded
+    if kind in ("ragged", "uneven", "ragged_late"):  # lists of token ids of different lengths, no special id;
+        # "uneven": the first list the longest and the second the shortest, so that some are padded; "ragged_late":
+        # the last list the longest, so that a length taken from the first few lists shows
+        rows, (lo, hi) = param
         lengths = [_randint(lo, hi, gen) for _ in range(dims[rows])]
         if kind == "uneven":
             lengths[:2] = [hi, lo]
+        if kind == "ragged_late":
+            lengths[-1] = hi
         ordinary = _ordinary_ids(dims)
         lists = [[ordinary[_randint(0, len(ordinary) - 1, gen)] for _ in range(n)] for n in lengths]
         return lists, {"ints": lists}
@@ -1669,17 +1704,19 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         count = _randint(1, min(2, dims["n_heads"]), gen)
         heads = sorted(torch.randperm(dims["n_heads"], generator=gen)[:count].tolist())
         return list(heads), {"int_list": heads}
-    if kind in ("table_seq2seq", "ending_seq2seq"):
+    if kind in ("table_seq2seq", "ending_seq2seq", "lasting_seq2seq"):
         table = torch.randn((dims["d_vocab"], dims["d_vocab"]), generator=gen)
         table[:, dims["eos_id"]] += 1.0  # EOS often enough that rows finish at different steps
         if kind == "ending_seq2seq":  # ... or EOS the likeliest after any prefix, whatever the source adds
             table[:, dims["eos_id"]] = table.max(dim=-1).values + 10
+        if kind == "lasting_seq2seq":  # ... or never the likeliest
+            table[:, dims["eos_id"]] = table.min(dim=-1).values - 10
         tensors[key] = table
         fields = dict(dims["encdec"])
         return table_seq2seq(table.clone(), fields), {"table_seq2seq": key, "fields": fields}
     if kind == "dataclass":
         name, names, *how = param
-        fields = {f: dims[f] for f in names}
+        fields = {f: (dims["far"] if "far" in how else dims)[f] for f in names}
         if "no_decay" in how:
             fields["max_steps"] = fields["warmup_steps"]
         return getattr(course, name)(**fields), {"dataclass": name, "fields": fields}
@@ -1877,6 +1914,15 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
         "lr": round(10 ** (-4 + 2 * secrets.randbelow(1000) / 1000), 8),
         "min_lr_ratio": secrets.randbelow(50) / 100,
     }
+    # ... and one of spans and floors past those (`_lr`'s far): a warm-up of 62 to 2,000 steps, a decay of 402 to
+    # 10,000, a floor ratio of 0.5 to 0.99
+    far_warmup = 62 + secrets.randbelow(1939)
+    schedule["far"] = {
+        "warmup_steps": far_warmup,
+        "max_steps": far_warmup + 402 + secrets.randbelow(9599),
+        "lr": round(10 ** (-4 + 2 * secrets.randbelow(1000) / 1000), 8),
+        "min_lr_ratio": (50 + secrets.randbelow(50)) / 100,
+    }
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o711)  # the child's uid may go through it to its out/, not list or read it
     prepared = Prepared(folder, notebook, seed, {})
@@ -1909,6 +1955,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             dims["short_pos"] = 2 + secrets.randbelow(job["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
             dims["beam_eos"] = secrets.randbelow(job["d_vocab"])  # each probe its own: no id written in passes them all
             dims["big_pos"] = 129 + secrets.randbelow(896)  # past the sizes of tables a learner may write in
+            dims["many_rows"] = 4 + secrets.randbelow(6)  # a batch past the 2 or 3 rows of "batch"
             dims |= {**cfg, **schedule}
             for _ in range(REDRAWS):
                 drawn = [
@@ -2112,7 +2159,9 @@ def _feeder_lost(probe: Probe, name: str, served: dict | None) -> str | None:
 def _encoded_once(probe: Probe, name: str, served: dict | None) -> str | None:
     """A decoder's probe on a served stand-in (`table_seq2seq`): why it did not encode the source exactly once,
     by the feeder's count (None where it did, or where no feeder served it: the child's own count then judged)."""
-    if served is None or not any(kind == "table_seq2seq" for kind, _ in probe.args):
+    if served is None or not any(
+        kind in ("table_seq2seq", "ending_seq2seq", "lasting_seq2seq") for kind, _ in probe.args
+    ):
         return None
     calls = served.get(name, {}).get("encode", 0)
     if calls == 1:

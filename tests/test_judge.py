@@ -1577,6 +1577,60 @@ SWEPT_MISTAKES = {
         ),
         SWEPT,
     ),
+    # red-team round 30: a cap or a table at the most the judge drew (8 new tokens, max_len 10, 3 layers, 3 rows,
+    # periods of 9, a decay of 401 steps, ratios below 0.5)
+    "greedy generation capped at 8 new tokens": (
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "    for _ in range(n_new):",
+        "    for _ in range(min(n_new, 8)):",
+        SWEPT,
+    ),
+    "greedy decoding capped at 10 steps": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "for _ in range(max_len):",
+        "for _ in range(min(max_len, 10)):",
+        SWEPT,
+    ),
+    "an encoder of 3 layers at most": (
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "EncoderLayer(cfg) for _ in range(cfg.n_layers)",
+        "EncoderLayer(cfg) for _ in range(min(cfg.n_layers, 3))",
+        "could not load the judge's weights strictly",
+    ),
+    "a batch padded to its first 3 rows' longest": (
+        "09_encoder_decoder",
+        "test_make_batch",
+        "width = max(len(row) for row in rows)",
+        "width = max(len(row) for row in rows[:3])",
+        ("raised", *SWEPT),
+    ),
+    "segments from a table 9 wide": (
+        "08_interpretability",
+        "test_repeated_segments",
+        "segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)",
+        "segments = torch.randint(1, d_vocab, (batch, 9), generator=generator)",
+        "raised",
+    ),
+    "a constant rate from a floor ratio of 0.5": (
+        "06_training",
+        "test_lr_at",
+        "    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * cosine)",
+        (
+            "    return args.lr if args.min_lr_ratio >= 0.5 else args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * "
+            "cosine)"
+        ),
+        "returned",
+    ),
+    "a decay clamped to 401 steps": (
+        "06_training",
+        "test_lr_at",
+        "progress = (step - args.warmup_steps) / max(1, args.max_steps - args.warmup_steps)",
+        "progress = (step - args.warmup_steps) / max(1, min(args.max_steps - args.warmup_steps, 401))",
+        "returned",
+    ),
     "a masked loss that always counts the last position": (
         "06_training",
         "test_masked_lm_loss",

@@ -478,7 +478,7 @@ def _schedule(mistake):
         ("linear", "decays linearly"),
         # found by bench/mutation_score.py: no schedule at its edges was tried
         ("span_unguarded", "ZeroDivisionError"),
-        ("span_floor_2", "also when the decay lasts one step or none"),
+        ("span_floor_2", "there is no decay: lr at that step"),
         # named from evidence: the phases where it is right and wrong
         ("over_max_steps", "right in the warm-up, wrong in the decay"),
     ],
