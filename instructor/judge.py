@@ -463,7 +463,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("real", (0.1, 2.0)),
         ),
         *(  # rows of a few distinct tokens, so that n-grams repeat, three of them built so that the last window
-            # matters (`_random_input`'s "ngram_tokens"); n from 1 to 3
+            # matters (`_random_input`'s "ngram_tokens"); n from 1 to 6 (a ban skipped from n = 4 on passed while n
+            # was 3 at most: red-team round 31)
             _fn(
                 "test_ban_repeated_ngrams",
                 "ban_repeated_ngrams",
@@ -472,7 +473,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("int", (n, n)),
                 compare="filter",
             )
-            for n in (1, 2, 3)
+            for n in (1, 2, 3, 4, 5, 6)
         ),
         _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.02, 0.5)), compare="filter"),
         _fn(
@@ -1328,8 +1329,9 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
     if kind == "all_few_tokens":  # every id 0-5 in every row (shuffled first), then more of them
         head = torch.stack([torch.randperm(6, generator=gen) for _ in range(shape[0])])
         return torch.cat([head, torch.randint(0, 6, (shape[0], shape[1] - 6), generator=gen)], dim=1)
-    if kind == "ngram_tokens":  # rows of a few ids ending in a run of 1, 2, 3 copies of an id found nowhere else in
-        # the row, then a row of a few ids: for every n up to 3 the last window bans a token that no other window does
+    if kind == "ngram_tokens":  # rows of a few ids ending in a run of 1, 2, ... copies of an id found nowhere else
+        # in the row, then a row of a few ids: for every n up to the rows built the last window bans a token that no
+        # other window does
         rows, pos = [], shape[-1]
         for run in range(1, shape[0]):
             x = int(torch.randint(0, 6, (), generator=gen))
@@ -1950,7 +1952,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             seq_len = 2 + secrets.randbelow(5)
             dims = {"batch": batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
             dims |= shape_dims[shape]
-            dims["ngram_rows"] = 4  # three rows built for the n-gram ban (runs of 1 to 3), one random
+            dims["ngram_rows"] = 7  # six rows built for the n-gram ban (runs of 1 to 6), one random
             dims["padded_rows"] = 3
             dims["short_pos"] = 2 + secrets.randbelow(job["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
             dims["beam_eos"] = secrets.randbelow(job["d_vocab"])  # each probe its own: no id written in passes them all

@@ -1164,7 +1164,7 @@ BEAM_CASES = 320  # the small random searches of one `beam_cases` probe
 def beam_cases(beam_search, seed: int, _nudge: tuple[int, float] | None = None) -> dict:
     """`beam_search` on BEAM_CASES small random searches drawn from `seed` (the judge's, secret): a model over six
     tokens, the last <|endoftext|>, a prompt of 1 to 3 tokens, 2 or 3 beams, 2 to 6 new tokens, and every
-    setting the search takes (length penalties of either sign, each early_stopping, n-gram bans of 0 to 3) in every
+    setting the search takes (length penalties of either sign, each early_stopping, n-gram bans of 0 to 4) in every
     combination. Chosen cases left searches whose stopping rule was off under early_stopping="never", or that never
     banned single tokens, with full marks (a mutation sweep); among this many, such a mistake shows. Each case's
     tokens are an output named by its settings. `_nudge` (the judge's, outside): (seed, scale) of a random change to
@@ -1189,7 +1189,7 @@ def beam_cases(beam_search, seed: int, _nudge: tuple[int, float] | None = None) 
         if nudges is not None:
             table = table + _nudge[1] * torch.randn(table.shape, generator=nudges)
         tokens = torch.randint(0, 5, (1, pick([1, 2, 3])), generator=gen)
-        beams, new, ngram = pick([2, 3]), pick([2, 3, 4, 5, 6, 6]), pick([0, 1, 2, 3])
+        beams, new, ngram = pick([2, 3]), pick([2, 3, 4, 5, 6, 6]), pick([0, 1, 2, 3, 4])
         penalty, stop = pick([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 2.0, 3.0]), pick([False, True, "never", "never"])
         found = beam_search(prefix_lm(table), tokens, beams, new, ngram, 5, length_penalty=penalty, early_stopping=stop)
         settings = f"num_beams={beams}, max_new_tokens={new}, no_repeat_ngram_size={ngram}, length_penalty={penalty}"

@@ -1631,6 +1631,13 @@ SWEPT_MISTAKES = {
         "progress = (step - args.warmup_steps) / max(1, min(args.max_steps - args.warmup_steps, 401))",
         "returned",
     ),
+    "an n-gram ban skipped from n = 4 on": (  # red-team round 31
+        "07_sampling_and_kv_cache",
+        "test_ban_repeated_ngrams",
+        "    banned = log_probs.clone()\n",
+        "    banned = log_probs.clone()\n    if n >= 4 and sequences.shape[1] > 5:\n        return banned\n",
+        "removes",
+    ),
     "a masked loss that always counts the last position": (
         "06_training",
         "test_masked_lm_loss",
