@@ -207,12 +207,18 @@ def test_every_padding_probe_runs_on_both_shapes_with_their_own_pad_ids(tmp_path
 
     prepared = judge.prepare("09_encoder_decoder", tmp_path / "job")
     probes = {p["name"]: p for p in json.loads((prepared.folder / "request.json").read_text())["probes"]}
+    twinned = set()  # each test's first probe of each such script (`judge._twin_key`)
     for i, probe in enumerate(judge.PROBES["09_encoder_decoder"]):
         if probe.script in ("padding_appended", "encode_decode"):
             first, twin = probes[f"p{i}"], probes[f"p{judge.TWIN + i}"]
             assert first["config"]["pad_id"] != twin["config"]["pad_id"], (first["config"], twin["config"])
-        if probe.script in ("padding_appended", "encode_decode", "decode_once"):
+        if (
+            probe.script in ("padding_appended", "encode_decode", "decode_once")
+            and judge._twin_key(probe) not in twinned
+        ):
+            twinned.add(judge._twin_key(probe))
             assert f"p{judge.TWIN + i}" in probes, (i, probe.script)
+    assert ("test_greedy_decode", "decode_once") in twinned
     # 07's padded transformer draws its pad id for each probe: it runs on both shapes too
     prepared = judge.prepare("07_sampling_and_kv_cache", tmp_path / "job07")
     probes = {p["name"] for p in json.loads((prepared.folder / "request.json").read_text())["probes"]}
@@ -2530,7 +2536,7 @@ def test_scalars_and_dicts_go_as_json_and_tensors_only(tmp_path):
     prepared = judge.prepare("06_training", tmp_path / "job")
     request = probe_runner.load_request(str(prepared.folder))
     lr = [p for p in request["probes"] if p["target"] == "lr_at"]
-    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 9  # 8, and the first on the second shape
+    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 13  # 12, and the first on the second shape
     fields = lr[0]["args"][1]
     assert fields["dataclass"] == "TrainingArgs" and set(fields["fields"]) == set(judge.LR_FIELDS)
     # the expected loss is nowhere in the request (the rates are made of its numbers: lr itself at the warm-up's end)
