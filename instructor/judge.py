@@ -950,7 +950,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "greedy_decode",
             ("table_seq2seq", None),
             ("right_padded", ("batch", "src")),
-            ("int", (2, 30)),  # past 10, the most drawn before (a loop capped at 10 passed: red-team round 30)
+            # 6 to 30 steps: past 10, the most drawn before (a loop capped at 10 passed: red-team round 30), and
+            # enough that a decoder fed a wrong prefix or unmasked padding picks another token at some step
+            ("int", (6, 30)),
             config="encdec",
             compare="exact",
             script="decode_once",
@@ -1959,15 +1961,24 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             dims["big_pos"] = 129 + secrets.randbelow(896)  # past the sizes of tables a learner may write in
             dims["many_rows"] = 4 + secrets.randbelow(6)  # a batch past the 2 or 3 rows of "batch"
             dims |= {**cfg, **schedule}
+            # Drawn again until the draw separates what the probe is for: `until`, and an end-of-text id that the
+            # course's model emits early in one row and later or never in another, so that rows finish apart (about
+            # one draw in fifty has none, and a right answer's rows would then all finish together)
             for _ in range(REDRAWS):
                 drawn = [
                     _draw(kind, param, f"{name}.in{j}", dims, course, gen, tensors)
                     for j, (kind, param) in enumerate(probe.args)
                 ]
-                if probe.until is None or UNTIL[probe.until](course, *(value for value, _ in drawn)):
+                apart = True
+                for j, (kind, param) in enumerate(probe.args):
+                    if kind in ("finishing_eos", "generate_eos"):
+                        finish = _finishing_eos if kind == "finishing_eos" else _generate_eos
+                        eos = finish(course, *(drawn[k][0] for k in param), dims=dims)
+                        drawn[j], apart = (eos, {"value": eos}), apart and eos is not None
+                if apart and (probe.until is None or UNTIL[probe.until](course, *(value for value, _ in drawn))):
                     break
             else:
-                raise RuntimeError(f"{probe.until} held of none of {REDRAWS} draws")
+                raise RuntimeError(f"no draw of {REDRAWS} held for {name}: {probe.until or 'rows that finish apart'}")
             for j, (kind, param) in enumerate(probe.args):
                 if kind == "run_cache":  # the cache of argument m (a HookedTransformer) on tokens, made here and there:
                     model_at, tokens = param  # tokens: another argument's index, or drawn for the cache alone
@@ -1978,19 +1989,6 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                         entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
                     with torch.no_grad():
                         drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
-                if kind in ("finishing_eos", "generate_eos"):  # an id the course's model emits early in one row,
-                    finish = _finishing_eos if kind == "finishing_eos" else _generate_eos  # so rows finish apart
-                    # the model and prompts are drawn again until there is one (about one draw in fifty has none,
-                    # and a right answer's rows would then all finish together: a probe that cannot fail)
-                    for _ in range(REDRAWS):
-                        eos = finish(course, *(drawn[k][0] for k in param), dims=dims)
-                        if eos is not None:
-                            break
-                        for k in param:
-                            drawn[k] = _draw(*probe.args[k], f"{name}.in{k}", dims, course, gen, tensors)
-                    else:
-                        raise RuntimeError(f"no end-of-text id makes rows finish apart in {REDRAWS} draws")
-                    drawn[j] = (eos, {"value": eos})
                 if kind == "later_layer":  # a layer above argument `at`'s, up to `top`
                     at, top = param
                     later = drawn[at][0] + 1 + secrets.randbelow(top - drawn[at][0])

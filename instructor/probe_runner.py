@@ -355,6 +355,12 @@ def table_lm(table, n_ctx: int = 1024):
     return TableLM().eval()
 
 
+def prefix_rows(tokens, index, rows: int):
+    """The row of a stand-in's table at each position: a hash of the tokens up to it (`tokens` [batch pos]) and of
+    its index there (`index`, [pos] or [batch pos]), so that another prefix or another place picks another row."""
+    return (7 * tokens.long().cumsum(dim=1) + 3 * index + 1) % rows
+
+
 def prefix_lm(table, n_ctx: int = 1024):
     """A language model for the probes of generation functions whose logits at a position depend on every token up to
     it and on its index: the row of `table` ([rows, d_vocab]) at a hash of the prefix, so that a generation that
@@ -378,7 +384,7 @@ def prefix_lm(table, n_ctx: int = 1024):
             if tokens.shape[1] > self.cfg.n_ctx:
                 raise ValueError(f"{tokens.shape[1]} positions, more than the model's n_ctx = {self.cfg.n_ctx}")
             index = torch.arange(tokens.shape[1], device=tokens.device)
-            return self.table[(7 * tokens.long().cumsum(dim=1) + 3 * index + 1) % self.table.shape[0]]
+            return self.table[prefix_rows(tokens, index, self.table.shape[0])]
 
     return PrefixLM().eval()
 
@@ -418,7 +424,7 @@ def kv_prefix_lm(table, n_ctx: int, padded: bool = False):
             if mask.shape != full.shape:
                 raise ValueError(f"a mask of shape {list(mask.shape)} for {list(full.shape)} positions so far")
             index = (mask.long().cumsum(dim=1) - 1).clamp(min=0)  # each real token's place among the real ones
-            hashed = (7 * (full * mask).cumsum(dim=1) + 3 * index + 1) % self.cfg.d_vocab
+            hashed = prefix_rows(full * mask, index, self.cfg.d_vocab)
             logits = self.table[hashed[:, -tokens.shape[1] :]]  # [batch new d_vocab]
             return logits, full.float()[:, :, None, None]
 
@@ -508,7 +514,7 @@ def table_seq2seq(table, fields: dict):
             keep = (src != self.cfg.pad_id)[..., None]  # [batch src 1]
             context = (memory * keep).sum(1, keepdim=True) / keep.sum(1, keepdim=True).clamp(min=1)
             index = torch.arange(tgt.shape[1], device=tgt.device)
-            return self.table[(7 * tgt.long().cumsum(dim=1) + 3 * index + 1) % vocab] + context  # [batch tgt d_vocab]
+            return self.table[prefix_rows(tgt, index, vocab)] + context  # [batch tgt d_vocab]
 
         def forward(self, src, tgt_in):
             return self.decode(tgt_in, self.encode(src), src)
