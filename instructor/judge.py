@@ -270,8 +270,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn(
             "test_apply_causal_mask", "apply_causal_mask", ("float", ("batch", "n_heads", "pos", "pos")), compare="mask"
         ),
-        # ... and up to GPT-2's 1,024 positions (a mask sliced from a 128 x 128 table passed while the judge's
-        # longest sequence was 96: red-team round 29)
+        # ... and on 129 to 724 positions (a mask sliced from a 128 x 128 table passed while the judge's longest
+        # sequence was 96: red-team round 29)
         _fn("test_apply_causal_mask", "apply_causal_mask", ("float", (1, 1, "big_pos", "big_pos")), compare="mask"),
         _fn("test_attention_scores", "attention_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
         _fn("test_attention_pattern", "attention_pattern", ("float", ("batch", "n_heads", "pos", "pos"))),
@@ -1958,7 +1958,9 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             dims["padded_rows"] = 3
             dims["short_pos"] = 2 + secrets.randbelow(job["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
             dims["beam_eos"] = secrets.randbelow(job["d_vocab"])  # each probe its own: no id written in passes them all
-            dims["big_pos"] = 129 + secrets.randbelow(896)  # past the sizes of tables a learner may write in
+            # past the sizes of tables a learner may write in, and within the child's output bound in float64 too
+            # (`probe_runner.MAX_PROBE_BYTES`: an honest float64 mask of 1,024 positions went past it)
+            dims["big_pos"] = 129 + secrets.randbelow(596)
             dims["many_rows"] = 4 + secrets.randbelow(6)  # a batch past the 2 or 3 rows of "batch"
             dims |= {**cfg, **schedule}
             # Drawn again until the draw separates what the probe is for: `until`, and an end-of-text id that the
