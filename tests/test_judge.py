@@ -1265,6 +1265,13 @@ PARITY_MISTAKES = [
         "batch = train_windows[torch.randint(len(train_windows), (8,))]",
         "where [args.batch_size, seq_len] = [",
     ),
+    (  # the batch capped at the notebook's own 64 rows (round 30: a cap at 13, the most the judge drew, passed)
+        "06_training",
+        "test_train",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randint(len(train_windows), (min(args.batch_size, 64),))]",
+        "where [args.batch_size, seq_len] = [",
+    ),
     (  # the same batch at every step
         "06_training",
         "test_train",
@@ -1284,7 +1291,7 @@ PARITY_MISTAKES = [
         "test_train",
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         "batch = train_windows[torch.randint(args.batch_size, (args.batch_size,))]",
-        "distinct windows of the 64",
+        "distinct windows of the 256",
     ),
     (  # the right count as a float
         "00_tour",
@@ -1863,23 +1870,28 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
         ),
         "trained on batches laid out in order",
     ),
-    ("test_train", "one irregular layout shifted every step"): (
+    ("test_train", "one irregular layout shifted every step"): (  # shifted around past the last window too
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         (
-            "batch = train_windows[(args.seed + 5 * step) % 13 + torch.linspace(0, 48, args.batch_size).long() + "
-            "torch.tensor([0, 2, 0, 3, 1, 0, 3, 0, 1, 2, 0, 3, 0])[: args.batch_size]]"
+            "batch = train_windows[(args.seed + 37 * step + torch.randperm(len(train_windows), "
+            "generator=torch.Generator().manual_seed(0))[: args.batch_size]) % len(train_windows)]"
         ),
         "trained on batches laid out by one pattern",
     ),
     ("test_train", "the first three quarters of the windows only"): (  # red-team round 10: full marks
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         "batch = train_windows[torch.randint(3 * len(train_windows) // 4, (args.batch_size,))]",
+        ("trained on no window of train_windows[", "distinct windows of the 256"),
+    ),
+    ("test_train", "all but the last sixteenth of the windows"): (  # as many distinct windows as uniform draws give
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randint(15 * len(train_windows) // 16, (args.batch_size,))]",
         "trained on no window of train_windows[",
     ),
     ("test_train", "the last half of the windows only"): (
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         "batch = train_windows[len(train_windows) // 2 + torch.randint(len(train_windows) // 2, (args.batch_size,))]",
-        ("trained on no window of train_windows[0:", "distinct windows of the 64"),
+        ("trained on no window of train_windows[0:", "distinct windows of the 256"),
     ),
     ("test_train_addition", "a counter's seed"): (
         "seed=args.seed + 1 + step)",
