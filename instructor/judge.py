@@ -335,6 +335,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("int", (2, 8)),
             compare="exact",
         ),
+        _fn(  # no new token (a do-while loop that always made one passed while every n_new was 1 or more: red-team
+            # round 32)
+            "test_greedy_generate",
+            "greedy_generate",
+            ("table_lm", None),
+            ("tokens", ("batch", "pos")),
+            ("int", (0, 0)),
+            compare="exact",
+        ),
         _fn(  # a model whose next token depends on the whole prefix and its length: fed the last token only, or a
             # window, it picks other tokens (3 or more, in 2 rows: all alike by chance about once in 10^10)
             "test_greedy_generate",
@@ -397,6 +406,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("tokens", (256, "n_ctx")),
             ("tokens", (16, "n_ctx")),
             ("train_args", "wide"),
+            output="dict",
+            script="train_batches",
+            expect="train_batches",
+            compare="train_batches",
+        ),
+        _fn(  # ... and on three windows, batches of three, each window drawn in 72 rows or more but once in 10^12 (a
+            # loop that never drew the last, `torch.randint(len(train_windows) - 1, ...)`, passed on 256: mutation
+            # sweep 3); three rows, so that batches drawn without replacement are a choice too
+            "test_train",
+            "train",
+            ("course_weights", ("05_full_gpt2", "DemoTransformer", 1)),
+            ("tokens", (3, "n_ctx")),
+            ("tokens", (16, "n_ctx")),
+            ("train_args", "few"),
             output="dict",
             script="train_batches",
             expect="train_batches",
@@ -587,6 +610,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _sampled_generate(),
         # ... one prompt alone: a batch of one row
         _greedy_generate(("table_lm", None), ("tokens", (1, "pos")), (2, 8), ("int", NEVER_EOS)),
+        # ... no new token
+        _greedy_generate(("table_lm", None), ("tokens", ("batch", "pos")), (0, 0), ("int", NEVER_EOS)),
         # ... and top-k and top-p passed on to the sampler: the distribution of the first new token (red-team round
         # 10: a generate that sampled greedily for any top_k, and ignored top_p, had full marks with top_k=1 only)
         _sampled_generate(("int", (2, 12)), ("real", (0.3, 0.9))),
@@ -718,6 +743,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="tuple",
             compare="exact",
         ),
+        _fn(  # ... and one prompt alone (a bare `.squeeze()` dropped the row of a batch of one: mutation sweep 3)
+            "test_left_pad",
+            "left_pad",
+            ("ragged", (1, (1, 7))),
+            ("int", (0, "d_vocab-1")),
+            output="tuple",
+            compare="exact",
+        ),
         Probe(  # the padded prompts at once, then two tokens per row with the cache: every real position's logits
             "test_padded_transformer",
             "PaddedTransformer",
@@ -747,6 +780,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 compare="cached_steps",
             )
             for eos in (("int", NEVER_EOS), ("finishing_eos", (0, 1, 4)))
+        ),
+        _fn(  # one prompt alone
+            "test_padded_generate",
+            "padded_generate",
+            ("kv_prefix_lm", True),
+            ("ragged", (1, (1, 6))),
+            ("int", (3, 6)),
+            ("int", NEVER_EOS),
+            ("int", (0, "d_vocab-1")),
+            ("dim", "n_ctx"),
+            output="dict",
+            script="padded_generate_steps",
+            expect="padded_generate_steps",
+            compare="cached_steps",
         ),
     ),
     "08_interpretability": (
@@ -963,11 +1010,25 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "test_greedy_decode",
             "greedy_decode",
             ("lasting_seq2seq", None),
-            ("right_padded", ("batch", "src")),
+            ("right_padded", (1, "src")),  # one source alone (a bare `.squeeze()` dropped its row: mutation sweep 3)
             ("int", (11, 30)),
             config="encdec",
             compare="exact",
             script="decode_once",
+        ),
+        *(  # no step, and one (a loop of at least two steps passed while every max_len was 2 or more: red-team round
+            # 32)
+            _fn(
+                "test_greedy_decode",
+                "greedy_decode",
+                ("lasting_seq2seq", None),
+                ("right_padded", ("batch", "src")),
+                ("int", (steps, steps)),
+                config="encdec",
+                compare="exact",
+                script="decode_once",
+            )
+            for steps in (0, 1)
         ),
         _fn(  # every row emits EOS at its first step: decoding stops there (one that went on to max_len, padding,
             # passed while some row always went on: a mutation sweep)
@@ -1639,9 +1700,9 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         # "uneven": the first list the longest and the second the shortest, so that some are padded; "ragged_late":
         # the last list the longest, so that a length taken from the first few lists shows
         rows, (lo, hi) = param
-        lengths = [_randint(lo, hi, gen) for _ in range(dims[rows])]
+        lengths = [_randint(lo, hi, gen) for _ in range(dims[rows] if isinstance(rows, str) else rows)]
         if kind == "uneven":
-            lengths[:2] = [hi, lo]
+            lengths[:2] = [hi, lo][: len(lengths)]
         if kind == "ragged_late":
             lengths[-1] = hi
         ordinary = _ordinary_ids(dims)
@@ -1682,13 +1743,14 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind in ("run_cache", "addition_key", "finishing_eos", "generate_eos", "later_layer"):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
-        wide = param == "wide"  # batches large enough that draws from a few windows only show (`_windows_due`)
+        wide, few = param == "wide", param == "few"  # batches large enough that draws from a few windows only show
+        # (`_windows_due`); "few": batches of three rows over three windows, 72 rows or more, all three drawn
         fields = {
             # odd sizes: a hard-coded 8, 16 or 32 shows; where wide, past the notebook's own 64 (a loop that caps its
             # batch below the judge's largest shows: round 30's cap at 13)
-            "batch_size": 2 * _randint(33, 40, gen) + 1 if wide else _randint(2, 5, gen),
-            # 90 rows or more where wide: every quarter of the windows must be drawn from (`_batch_rules`)
-            "max_steps": _randint(10, 12, gen) if wide else _randint(4, 7, gen),
+            "batch_size": 2 * _randint(33, 40, gen) + 1 if wide else 3 if few else _randint(2, 5, gen),
+            # 670 rows or more where wide: every part of the windows must be drawn from (`_batch_rules`)
+            "max_steps": _randint(10, 12, gen) if wide else _randint(24, 26, gen) if few else _randint(4, 7, gen),
             "lr": round(10 ** (-3 + _randint(0, 100, gen) / 100), 6),
             "warmup_steps": _randint(1, 3, gen),
             "min_lr_ratio": _randint(0, 50, gen) / 100,
@@ -1953,7 +2015,11 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             if probe.config == "encdec":
                 cfg = shape_dims[shape]["encdec"]
             seq_len = 2 + secrets.randbelow(5)
-            dims = {"batch": batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
+            # a batch of one on the second shape, where the probe needs no rows that finish apart: a bare `.squeeze()`
+            # that drops it shows (mutation sweep 3: 39 such wrong versions passed while every batch had 2 or 3 rows)
+            apart_rows = probe.until or any(kind in ("finishing_eos", "generate_eos") for kind, _ in probe.args)
+            single = shape and not apart_rows
+            dims = {"batch": 1 if single else batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
             dims |= shape_dims[shape]
             dims["ngram_rows"] = 7  # six rows built for the n-gram ban (runs of 1 to 6), one random
             dims["padded_rows"] = 3
@@ -2674,7 +2740,9 @@ def _batch_rules(batches: list, rules: dict) -> str | None:
     if not all(row in train for row in rows):
         return "trained on rows that are not windows of train_windows: index train_windows with random row indices"
     distinct = len({tuple(map(tuple, batch.tolist())) for batch in batches})
-    if distinct < steps:  # two equal batches of 67 or more rows among 256 windows: never in practice
+    if (
+        distinct < steps and len(train) >= 64
+    ):  # three windows make few batches: equal ones come by chance  # two equal batches of 67 or more rows among 256 windows: never in practice
         return f"trained on {distinct} distinct batch(es) in {steps} steps: draw a new random batch every step"
     windows, due = len(set(rows)), _windows_due(len(train), len(rows))
     if windows < due:
@@ -2719,6 +2787,8 @@ def _in_order(batches: list, train: list) -> str | None:
     import math
     from collections import Counter
 
+    if len(train) < 64:  # too few windows for a layout to tell from draws (the probe on three windows)
+        return None
     index = {tuple(row): i for i, row in enumerate(train)}
     gaps, layouts = [], Counter()
     for batch in batches:

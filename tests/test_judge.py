@@ -1410,6 +1410,87 @@ MISTAKES += [
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
 SWEPT = ("differs from the course's", "has shape")
 SWEPT_MISTAKES = {
+    # mutation sweep 3 and red-team round 32: right on every batch of 2 or 3 rows, wrong on a batch of one
+    "a LayerNorm whose bare squeeze drops a batch of one": (
+        "01_layernorm",
+        "test_layernorm",
+        "        centered = residual - residual.mean(dim=-1, keepdim=True)\n",
+        "        centered = (residual - residual.mean(dim=-1, keepdim=True)).squeeze()\n",
+        "expected [1, ",
+    ),
+    "a DemoTransformer whose bare squeeze drops a batch of one": (
+        "05_full_gpt2",
+        "test_demo_transformer",
+        "            residual = block(residual)\n",
+        "            residual = block(residual).squeeze()\n",
+        "raised RuntimeError",
+    ),
+    "an encoder-decoder feed-forward whose bare squeeze drops a batch of one": (
+        "09_encoder_decoder",
+        "test_feed_forward",
+        "        hidden = torch.relu(x @ self.W_in + self.b_in)  # [batch pos d_ff]\n",
+        "        hidden = torch.relu(x @ self.W_in + self.b_in).squeeze()\n",
+        "expected [1, ",
+    ),
+    "left_pad's mask squeezed for one prompt": (
+        "07_sampling_and_kv_cache",
+        "test_left_pad",
+        "    mask = torch.zeros((len(prompts), longest), dtype=torch.bool)  # [batch longest]\n",
+        "    mask = torch.zeros((len(prompts), longest), dtype=torch.bool).squeeze()\n",
+        "raised IndexError",
+    ),
+    "padded_generate's finished rows squeezed for one prompt": (
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        "    finished = torch.zeros(len(prompts), dtype=torch.bool)  # [batch]\n",
+        "    finished = torch.zeros(len(prompts), dtype=torch.bool).squeeze()\n",
+        "raised RuntimeError",
+    ),
+    "greedy_decode's finished rows squeezed for one source": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "    finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)  # [batch]\n",
+        "    finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device).squeeze()\n",
+        "raised RuntimeError",
+    ),
+    # a part the stand-in lacks is named as the stand-in's (it read as a fault of the notebook's model: sweep 3)
+    "greedy_decode embedding the source instead of encoding it": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "    memory = model.encode(src)  # [batch src d_model], once\n",
+        "    memory = model.embed(src)\n",
+        "model.embed: the judge runs this exercise on a stand-in model that offers",
+    ),
+    # red-team round 32: right for every count drawn (1 or more, 2 or more), wrong for none
+    "greedy_generate making a token when asked for none": (
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "    for _ in range(n_new):\n",
+        "    for _ in range(max(n_new, 1)):\n",
+        "has shape",
+    ),
+    "generate making a token when asked for none": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "    for _ in range(max_new_tokens):\n",
+        "    for _ in range(max(max_new_tokens, 1)):\n",
+        "has shape",
+    ),
+    "greedy_decode running two steps at least": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "    for _ in range(max_len):\n",
+        "    for _ in range(max(max_len, 2)):\n",
+        "has shape",
+    ),
+    # mutation sweep 3: a randint bound off by one never draws the last window (caught on three windows)
+    "a training loop that never draws the last window": (
+        "06_training",
+        "test_train",
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
+        "batch = train_windows[torch.randint(len(train_windows) - 1, (args.batch_size,))]",
+        "distinct windows of the 3",
+    ),
     "generate going on once every row has finished": (
         "07_sampling_and_kv_cache",
         "test_generate",
