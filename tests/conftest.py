@@ -14,6 +14,13 @@ course.sh re-runs the set-up (pip) whenever pyproject.toml changes.
 
 from __future__ import annotations
 
+import pytest
+
+# With pytest-xdist (`course.sh test` runs two workers, `--dist loadgroup`), every file's tests stay together on one
+# worker, in order, so that a module's fixtures (a graded batch, a browser, nbval's kernel of a notebook) are made
+# once; the tests of these files, each its own judging with nothing shared, are spread over the workers.
+SPREAD = {"test_judge.py"}
+
 
 def pytest_configure(config):
     config.addinivalue_line(
@@ -38,6 +45,9 @@ def pytest_collection_modifyitems(config, items):
     def opt_in(item):
         return any(item.get_closest_marker(marker) for marker in skipped)
 
+    for item in items:
+        if item.path.name not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
     deselected = [item for item in items if opt_in(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
