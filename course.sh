@@ -128,7 +128,7 @@ case "${1:-}" in
     [ -n "${COURSE_NO_SETUP:-}" ] || setup
     export HF_HUB_OFFLINE=1 COURSE_FAST=1 MPLBACKEND=Agg
     # two workers: 2 cores is the machine this suite is sized for (COURSE_TEST_WORKERS=0 runs it in one process)
-    exec "$PY" -m pytest -n "${COURSE_TEST_WORKERS:-2}" --dist loadgroup "${@:2}"
+    exec "$PY" -m pytest -n "${COURSE_TEST_WORKERS:-2}" "${@:2}"
     ;;
   *)
     echo "usage: bash course.sh open|test|instructor [extra arguments for jupyter lab or pytest]" >&2

@@ -265,6 +265,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("even", (128, 768)),
             atol=3e-4,
         ),
+        # ... and between the two, where the notebook's own call (100 positions, 128 wide) is (a base of 1,000 from 81
+        # to 511 positions passed while no probe drew there: red-team round 33)
+        _fn(
+            "test_sinusoidal",
+            "sinusoidal_positional_encoding",
+            ("int", (81, 511)),
+            ("even", (66, 512)),
+            atol=3e-4,
+        ),
     ),
     "03_attention": (
         _fn(
@@ -355,6 +364,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             script="model_lengths",
             expect="script",
             compare="model_lengths",
+        ),
+        _fn(  # a model of a 4-position context that depends on all of it: the last forward sees exactly 4 positions
+            # (a generation that cropped its input to n_ctx - 1 passed while no probe reached the context: sweep 4)
+            "test_greedy_generate",
+            "greedy_generate",
+            ("window_prefix_lm", None),
+            ("tokens", ("batch", 2)),
+            ("int", (3, 3)),
+            compare="exact",
         ),
     ),
     "06_training": (
@@ -468,6 +486,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         ),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.05, 0.95)), compare="filter"),
         _fn("test_top_p_filter", "top_p_filter", LOGITS, ("real", (0.2, 0.9)), ("int", (2, 6)), compare="filter"),
+        # ... p up to 0.9999 on flat rows, where the mass crosses it well inside the vocabulary (a filter that kept only
+        # the top token from p = 0.995 on passed while no p above 0.95 was drawn: red-team round 33)
+        _fn(
+            "test_top_p_filter",
+            "top_p_filter",
+            ("soft_logits", ("batch", "d_vocab")),
+            ("real", (0.995, 0.9999)),
+            compare="filter",
+        ),
         # rows whose top token alone reaches p: min_tokens_to_keep decides what is kept in every row (it only did in
         # some rows of the probe above, and a filter that ignored it passed one judging in two: a mutation sweep)
         _fn(
@@ -664,6 +691,21 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             )
             for case in range(N_BEAM_CASES)
         ),
+        _fn(  # a model of a 4-position context that depends on all of it, searched past it: the window is n_ctx (one
+            # of n_ctx + 1 passed while no search went past n_ctx + 1: mutation sweep 4)
+            "test_beam_search",
+            "beam_search",
+            ("window_prefix_lm", None),
+            ("tokens", (1, "pos")),
+            ("int", (2, 4)),
+            ("int", (4, 6)),
+            ("int", (0, 0)),
+            ("int", NEVER_EOS),
+            ("real", (-1.0, 2.0)),
+            ("const", False),
+            keywords=("length_penalty", "early_stopping"),
+            compare="exact",
+        ),
         _fn(  # 40 steps on a model whose every probability is near 1/101: products of probabilities underflow to 0
             # in float32 after about 20 steps (the check's 40-step case), sums of log-probabilities do not
             "test_beam_search",
@@ -800,15 +842,18 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn("test_recompute_pattern", "recompute_pattern", ("module", "Attention"), *BATCH_POS_MODEL),
         # Random by design: judged by the rules every draw must follow, not against the course's draw. The first
         # probe is large with a small vocabulary, so that every id and every period shows up in a right draw (a
-        # range off by one is seen); the second has a large vocabulary (a hard-coded one is seen).
+        # range off by one is seen); the second has a large vocabulary (a hard-coded one is seen); the second's
+        # periods past 9 (a segment table 9 wide passed while no period was longer: round 30); the third at the
+        # notebook's own sizes and past them (its experiment draws periods 8 to 24 over 64 positions, and periods
+        # capped at 19, the most drawn before, passed: round 33); the fourth one row.
         *(
             _fn(
                 "test_repeated_segments",
                 "repeated_segments",
                 ("int", batch),
-                ("int", (20, 40)),
+                ("int", n_ctx),
                 ("int", vocab),
-                ("int", (2, 4)),
+                ("int", shortest),
                 ("int", longest),
                 ("generator", None),
                 output="tuple",
@@ -816,8 +861,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 expect="segment_rules",
                 script="same_seed_twice",
             )
-            # the second's periods past 9 (a segment table 9 wide passed while no period was longer: round 30)
-            for batch, vocab, longest in (((600, 800), (5, 12), (5, 9)), ((40, 64), (30, 200), (10, 19)))
+            for batch, n_ctx, vocab, shortest, longest in (
+                ((600, 800), (20, 40), (5, 12), (2, 4), (5, 9)),
+                ((40, 64), (20, 40), (30, 200), (2, 4), (10, 19)),
+                ((1000, 1200), (64, 100), (64, 200), (5, 8), (20, 32)),
+                ((1, 1), (20, 40), (5, 12), (2, 4), (5, 9)),
+            )
         ),
         _fn(
             "test_head_detector_scores",
@@ -906,6 +955,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "test_multi_head_attention",
             "MultiHeadAttention",
             (DEC_Y, DEC_Y, ("padding", ("batch", "pos")), ("bool", True)),
+            config="encdec",
+        ),
+        Probe(  # no padding mask, one row (a bare `.squeeze()` of the scores passed where a mask broadcast them back)
+            "test_multi_head_attention",
+            "MultiHeadAttention",
+            (("float", (1, "pos", "d_model")), ("float", (1, "src", "d_model")), ("none", None), ("bool", False)),
             config="encdec",
         ),
         Probe(  # forward and the tied output layer, unembed
@@ -1265,6 +1320,12 @@ class Prepared:
 
 
 TWIN = 50_000  # a probe's run on the job's second shape: "p<TWIN + i>"
+TINY = 60_000  # ... and on its third, where every size that may be one is one: "p<TINY + i>"
+# Tests whose first probe's design needs sizes the third shape does not have: a next-token loss or a previous-token
+# score over one position is a mean over nothing (the course's is NaN). Their other probes and shapes judge them.
+SIZED_PROBES = frozenset(
+    {"test_cross_entropy_loss", "test_masked_lm_loss", "test_seq2seq_loss", "test_head_detector_scores"}
+)
 TWINNED_CONFIGS = ("gpt2", "gpt2_eps", "encdec")
 # Scripted probes run on the second shape too, whose sizes and special ids all differ from the first's: 09's
 # embedding and greedy decoding are probed by their scripts alone, and a scale of sqrt(24) or a BOS id of 1 written
@@ -1507,7 +1568,7 @@ JOB_N_CTX = (12, 13, 14, 15)  # 12 or more: 06's addition problems of 3 digits a
 LONG_N_CTX = (65, 96)  # the second shape's context, and the sequences drawn on it, span this (`_job_config`)
 
 
-def _job_config(unlike: dict | None = None, apart: bool = False, long: bool = False) -> dict:
+def _job_config(unlike: dict | None = None, apart: bool = False, long: bool = False, tiny: bool = False) -> dict:
     """The GPT-2 shape of one job, drawn afresh (secrets): every size different from the others, so that a
     transposed or mixed-up dimension shows, and none known before (a split_heads hard-coded to 4 heads and a
     score scaled by a hard-coded sqrt(10) had full marks while every job used SMALL: red-team round 10). d_model is
@@ -1516,7 +1577,20 @@ def _job_config(unlike: dict | None = None, apart: bool = False, long: bool = Fa
     there. `apart`: d_model is not n_heads * d_head (the second shape of the notebooks whose checks try such shapes,
     `HEADS_APART`). `long`: a context of 65 to 96 positions (`LONG_N_CTX`), past the small sizes a learner may write
     in (a causal mask sliced from a 64 x 64 table had full marks while every context was 15 or less: red-team round
-    28), below the vocabulary, which some probes' designs need."""
+    28), below the vocabulary, which some probes' designs need. `tiny`: one head and one layer (d_model is then
+    d_head, or 1 to 5 more where `apart`)."""
+    if tiny:
+        d_head = 6 + secrets.randbelow(6)
+        return {
+            **SMALL,
+            "n_heads": 1,
+            "d_head": d_head,
+            "d_model": d_head + (1 + secrets.randbelow(5) if apart else 0),
+            "d_mlp": 2 * d_head + 1 + 2 * secrets.randbelow(8),
+            "n_layers": 1,
+            "n_ctx": JOB_N_CTX[secrets.randbelow(len(JOB_N_CTX))],
+            "d_vocab": JOB_VOCABS[secrets.randbelow(len(JOB_VOCABS))],
+        }
     while True:
         n_heads = 3 + secrets.randbelow(3)
         d_head = 6 + secrets.randbelow(6)
@@ -1540,15 +1614,17 @@ def _job_config(unlike: dict | None = None, apart: bool = False, long: bool = Fa
 ENCDEC_SIZES = ("d_model", "n_heads", "d_head", "d_ff", "n_layers", "d_vocab")
 
 
-def _job_encdec(unlike: dict | None = None, long: bool = False) -> dict:
+def _job_encdec(unlike: dict | None = None, long: bool = False, tiny: bool = False) -> dict:
     """09's encoder-decoder shape and special ids for one job, drawn afresh (secrets), as `_job_config` draws
     GPT-2's: every size unlike the others and unlike the other shape's, and pad, BOS and EOS three ids drawn from the
     whole vocabulary (09's probes all used one shape and ids 0, 1 and 2, and stacks of `range(2)` layers, a scale
     of sqrt(d_model // 4) and those ids written in had full marks: red-team round 12). d_model is n_heads * d_head,
     as 09's checks' nn.MultiheadAttention needs. `long`: a context past LONG_N_CTX's end, as the sequences drawn on
-    the job's second shape are."""
+    the job's second shape are. `tiny`: one head and one layer."""
     while True:
-        n_heads, d_head = 2 + secrets.randbelow(4), 3 + secrets.randbelow(6)
+        n_heads, d_head = (
+            (1, 4 + 2 * secrets.randbelow(4)) if tiny else (2 + secrets.randbelow(4), 3 + secrets.randbelow(6))
+        )
         d_vocab = 15 + secrets.randbelow(9)
         pad, bos, eos = _distinct(3, d_vocab)
         cfg = {
@@ -1557,14 +1633,16 @@ def _job_encdec(unlike: dict | None = None, long: bool = False) -> dict:
             "d_head": d_head,
             "d_model": n_heads * d_head,
             "d_ff": n_heads * d_head + 1 + secrets.randbelow(2 * n_heads * d_head),
-            "n_layers": (4 if long else 1) + secrets.randbelow(3),  # 4-6 on the long shape (3 written in passed)
+            "n_layers": 1
+            if tiny
+            else (4 if long else 1) + secrets.randbelow(3),  # 4-6 on the long one (3 written in passed)
             "d_vocab": d_vocab,
             "pad_id": pad,
             "bos_id": bos,
             "eos_id": eos,
             "n_ctx": LONG_N_CTX[1] + 1 + secrets.randbelow(32) if long else SMALL_ENCDEC["n_ctx"],
         }
-        sizes = [cfg[k] for k in ENCDEC_SIZES]
+        sizes = [cfg[k] for k in ENCDEC_SIZES if not (tiny and k in ("d_model", "d_head", "n_layers", "n_heads"))]
         if len(set(sizes)) < len(sizes) or cfg["d_model"] % 2:  # sines and cosines in pairs: d_model even
             continue
         if unlike is None or all(cfg[k] != unlike[k] for k in (*ENCDEC_SIZES, "pad_id", "bos_id", "eos_id")):
@@ -1972,6 +2050,11 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
         }
         for long, (job, encdec) in enumerate(zip(shapes, encdecs))
     ]
+    # ... and a third where every size that may be one is: one head, one layer, sequences and sources of one
+    # position (a `.squeeze()` or an `x[:, -1]` slip there, and code that answered zeros below 3 positions, passed
+    # while no such size was drawn: mutation sweep 4, red-team round 33)
+    shapes.append(_job_config(tiny=True, apart=notebook in HEADS_APART))
+    shape_dims.append({"gpt2": shapes[2], "encdec": _job_encdec(tiny=True), "pos": 1, "src": 1})
     batch = 2 + secrets.randbelow(2)
     src = 2 + secrets.randbelow(10)
     warmup = 2 + secrets.randbelow(60)
@@ -2004,6 +2087,8 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
         if twins and _twin_key(probe) not in twinned:
             twinned.add(_twin_key(probe))
             runs.append((f"p{TWIN + i}", 1))
+            if probe.grade_id not in SIZED_PROBES:
+                runs.append((f"p{TINY + i}", 2))
         for name, shape in runs:
             class_name, cfg = CONFIGS[probe.config]
             job = shapes[shape]
@@ -2018,7 +2103,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             # a batch of one on the second shape, where the probe needs no rows that finish apart: a bare `.squeeze()`
             # that drops it shows (mutation sweep 3: 39 such wrong versions passed while every batch had 2 or 3 rows)
             apart_rows = probe.until or any(kind in ("finishing_eos", "generate_eos") for kind, _ in probe.args)
-            single = shape and not apart_rows
+            single = shape == 1 and not apart_rows
             dims = {"batch": 1 if single else batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
             dims |= shape_dims[shape]
             dims["ngram_rows"] = 7  # six rows built for the n-gram ban (runs of 1 to 6), one random
@@ -2496,7 +2581,7 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
         missing = sorted(set(range(lo, hi + 1)) - set(periods.tolist()))
         if missing:
             return f"periods {missing} never drawn in {batch} rows (each of {lo}..{hi} must be possible)"
-    if n_periods > 1 and (periods == periods[0]).all():
+    if n_periods > 1 and n_periods ** (1 - batch) < RANDOM_FAILURE and (periods == periods[0]).all():
         return f"all {batch} rows have period {int(periods[0])}: the period must be drawn per row"
     # Rows whose segment starts with a repeated token: Binomial(batch, 1 / ids). Hoeffding's bound puts a right
     # draw above mean + t with probability exp(-2 t^2 / batch); t is chosen to make that RANDOM_FAILURE.

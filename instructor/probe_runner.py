@@ -1226,7 +1226,8 @@ def beam_cases(beam_search, seed: int, _nudge: tuple[int, float] | None = None) 
         if nudges is not None:
             table = table + _nudge[1] * torch.randn(table.shape, generator=nudges)
         tokens = torch.randint(0, 5, (1, pick([1, 2, 3])), generator=gen)
-        beams, new, ngram = pick([2, 3]), pick([2, 3, 4, 5, 6, 6]), pick([0, 1, 2, 3, 4])
+        # 1 to 8 beams (4 at most drawn, a search capped at 4 beams passed: red-team round 33; 5 is a common choice)
+        beams, new, ngram = pick([1, 2, 2, 3, 3, 4, 5, 8]), pick([2, 3, 4, 5, 6, 6]), pick([0, 1, 2, 3, 4])
         penalty, stop = pick([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 2.0, 3.0]), pick([False, True, "never", "never"])
         found = beam_search(prefix_lm(table), tokens, beams, new, ngram, 5, length_penalty=penalty, early_stopping=stop)
         settings = f"num_beams={beams}, max_new_tokens={new}, no_repeat_ngram_size={ngram}, length_penalty={penalty}"

@@ -14,12 +14,22 @@ course.sh re-runs the set-up (pip) whenever pyproject.toml changes.
 
 from __future__ import annotations
 
-import pytest
-
-# With pytest-xdist (`course.sh test` runs two workers, `--dist loadgroup`), every file's tests stay together on one
-# worker, in order, so that a module's fixtures (a graded batch, a browser, nbval's kernel of a notebook) are made
-# once; the tests of these files, each its own judging with nothing shared, are spread over the workers.
+# With pytest-xdist (`course.sh test` runs two workers), every file's tests stay together on one worker, in order,
+# so that a module's fixtures (a graded batch, a browser, nbval's kernel of a notebook) are made once; the tests of
+# these files, each its own judging with nothing shared, are spread over the workers. (xdist's own `loadgroup`
+# renames node ids, which pytest 9 no longer reads: its groups were ignored, and a notebook's cells ran apart.)
 SPREAD = {"test_judge.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path.rsplit("/", 1)[-1] in SPREAD else path
+
+    return FileScheduling(config, log)
 
 
 def pytest_configure(config):
@@ -45,9 +55,6 @@ def pytest_collection_modifyitems(config, items):
     def opt_in(item):
         return any(item.get_closest_marker(marker) for marker in skipped)
 
-    for item in items:
-        if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
     deselected = [item for item in items if opt_in(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)

@@ -1461,6 +1461,108 @@ SWEPT_MISTAKES = {
         "    memory = model.embed(src)\n",
         "model.embed: the judge runs this exercise on a stand-in model that offers",
     ),
+    # mutation sweep 4 and red-team round 33: sizes of one (the judge's third shape: one head, one layer, sequences of
+    # one), and the ranges below and past what was drawn
+    "recompute_pattern's keys squeezed with one head": (
+        "08_interpretability",
+        "test_recompute_pattern",
+        "    k = einops.einsum(normalized_resid_pre, attn.W_K, to_heads)\n",
+        "    k = einops.einsum(normalized_resid_pre, attn.W_K, to_heads).squeeze()\n",
+        "has shape",
+    ),
+    "patch_resid_pre's results squeezed for one layer": (
+        "08_interpretability",
+        "test_patch_resid_pre",
+        "    results = torch.zeros(n_layers, n_pos)\n",
+        "    results = torch.zeros(n_layers, n_pos).squeeze()\n",
+        "raised IndexError",
+    ),
+    "k_composition_scores' OV circuits squeezed for one head": (
+        "08_interpretability",
+        "test_k_composition_scores",
+        "    W_OV = model.W_V[earlier] @ model.W_O[earlier]  # [n_heads d_model d_model]\n",
+        "    W_OV = (model.W_V[earlier] @ model.W_O[earlier]).squeeze()\n",
+        "raised IndexError",
+    ),
+    "repeated_segments' segments squeezed for one row": (
+        "08_interpretability",
+        "test_repeated_segments",
+        "    segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)  # [batch max_period]\n",
+        "    segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator).squeeze()\n",
+        "raised IndexError",
+    ),
+    "repeated_segments capping periods at 19": (
+        "08_interpretability",
+        "test_repeated_segments",
+        "    periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)  # [batch]\n",
+        (
+            "    max_period = min(max_period, 19)\n"
+            "    periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)  # [batch]\n"
+        ),
+        "periods",
+    ),
+    "attention answering zeros below 3 positions": (
+        "03_attention",
+        "test_attention",
+        "        x = normalized_resid_pre\n",
+        "        x = normalized_resid_pre\n        if x.shape[1] < 3:\n            return torch.zeros_like(x)\n",
+        "differ",
+    ),
+    "greedy_generate repeating the last token of a short prompt": (
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "    for _ in range(n_new):\n",
+        (
+            "    if tokens.shape[1] < 3:\n        return torch.cat([tokens, tokens[:, -1:].repeat(1, n_new)], dim=1)\n"
+            "    for _ in range(n_new):\n"
+        ),
+        "differ",
+    ),
+    "greedy_generate cropping its input to n_ctx - 1": (
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "        logits = model(tokens)  # [batch pos d_vocab]: we only need the prediction after the last position\n",
+        "        logits = model(tokens[:, -model.cfg.n_ctx + 1 :])\n",
+        "differ",
+    ),
+    "a sinusoid of base 1,000 between 81 and 511 positions": (
+        "02_embeddings",
+        "test_sinusoidal",
+        "    frequencies = 1.0 / 10000 ** (two_i / d_model)\n",
+        "    frequencies = 1.0 / (1000 if 80 < n_ctx < 512 else 10000) ** (two_i / d_model)\n",
+        "differ",
+    ),
+    "beam search capped at 4 beams": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "    live_scores, live = torch.zeros(1), tokens  # [n_live] summed log-probabilities, [n_live pos] sequences\n",
+        (
+            "    num_beams = min(num_beams, 4)\n"
+            "    live_scores, live = torch.zeros(1), tokens  # [n_live] summed log-probabilities, [n_live pos] sequences\n"
+        ),
+        "num_beams=",
+    ),
+    "beam search's window one past n_ctx": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "        log_probs = model(live[:, -model.cfg.n_ctx :])[:, -1].log_softmax(dim=-1)  # [n_live d_vocab]\n",
+        "        log_probs = model(live[:, -model.cfg.n_ctx - 1 :])[:, -1].log_softmax(dim=-1)\n",
+        "raised",
+    ),
+    "top-p keeping the top token alone from p = 0.995 on": (
+        "07_sampling_and_kv_cache",
+        "test_top_p_filter",
+        "    remove_sorted = mass_before >= p\n",
+        "    remove_sorted = (mass_before >= p) | ((p >= 0.995) & (mass_before > 0))\n",
+        "removes",
+    ),
+    "multi-head attention's scores squeezed, one row and no mask": (
+        "09_encoder_decoder",
+        "test_multi_head_attention",
+        '        scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n',
+        '        scores = (einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)).squeeze()\n',
+        "raised RuntimeError",
+    ),
     # red-team round 32: right for every count drawn (1 or more, 2 or more), wrong for none
     "greedy_generate making a token when asked for none": (
         "05_full_gpt2",
@@ -1552,7 +1654,7 @@ SWEPT_MISTAKES = {
         "test_beam_search",
         "if live_scores[0].item() / reach**length_penalty <= finished[-1][0]:",
         "if live_scores[1].item() / reach**length_penalty <= finished[-1][0]:",
-        SWEPT,
+        (*SWEPT, "raised IndexError"),  # with one beam there is no second
     ),
     "beam search's bound at the current length when it never stops early": (
         "07_sampling_and_kv_cache",
