@@ -284,6 +284,13 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn("test_apply_causal_mask", "apply_causal_mask", ("float", (1, 1, "big_pos", "big_pos")), compare="mask"),
         _fn("test_attention_scores", "attention_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
         _fn("test_attention_pattern", "attention_pattern", ("float", ("batch", "n_heads", "pos", "pos"))),
+        _fn(  # scores of hundreds (an exp over a sum gave NaN there and passed on scores near 1: mutation sweep 4)
+            "test_attention_pattern",
+            "attention_pattern",
+            ("large_logits", ("batch", "n_heads", "pos", "pos")),
+            hint="on scores of hundreds, where scores near 1 were right: exp overflows past about 88 in float32 "
+            "(inf / inf is NaN); subtract each row's largest score first, or use softmax",
+        ),
         _fn(
             "test_weighted_values",
             "weighted_values",
@@ -2566,10 +2573,12 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
         return f"a segment holds an id outside 1..{d_vocab - 1} (BOS, or past the vocabulary)"
     if (periods < lo).any() or (periods > hi).any():
         return f"a period is outside {lo}..{hi}"
-    for row in range(batch):
-        p = int(periods[row])
-        if not torch.equal(body[row, p:], body[row, :-p]):
-            return f"row {row} does not repeat with its period {p}"
+    width = body.shape[1]
+    ahead = torch.arange(width)[None, :] + periods[:, None]  # [batch width]: the place a period on
+    wrong = ((ahead < width) & (body.gather(1, ahead.clamp(max=width - 1)) != body)).any(dim=1)
+    if wrong.any():
+        row = int(wrong.nonzero()[0])
+        return f"row {row} does not repeat with its period {int(periods[row])}"
 
     ids, n_periods = d_vocab - 1, hi - lo + 1
     draws = int(periods.sum())  # segment tokens drawn independently, one per place in each row's period
@@ -2591,7 +2600,7 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
         return f"{repeats} of {batch} segments start with the same token twice (independent draws: about {batch / ids:.0f})"
     # Each value as often as uniform draws make it: ids and periods drawn with a rounding bug (the ends half as
     # often) or skewed on purpose passed every rule above (red-team round 22)
-    drawn = torch.cat([body[r, : int(periods[r])] for r in range(batch)])
+    drawn = body[torch.arange(width)[None, :] < periods[:, None]]  # each row's segment, row by row
     why = _uneven(torch.bincount(drawn - 1, minlength=ids).tolist(), 1, "segment ids")
     if why is None and n_periods > 1:
         why = _uneven(torch.bincount(periods - lo, minlength=n_periods).tolist(), lo, "periods")
@@ -2599,7 +2608,8 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
         return why
     # Independent uniform draws make the step from one token to the next (mod the number of values) uniform too;
     # counting runs (1, 2, 3...) or periods that cycle row by row make it one value (red-team round 9).
-    pairs = [(int(body[r, j]), int(body[r, j + 1])) for r in range(batch) for j in range(int(periods[r]) - 1)]
+    inside = torch.arange(width - 1)[None, :] < periods[:, None] - 1  # [batch width-1]: a step within a segment
+    pairs = list(zip(body[:, :-1][inside].tolist(), body[:, 1:][inside].tolist(), strict=True))
     why = _one_step(pairs, ids, "consecutive tokens of a segment")
     if why is None and n_periods > 1:
         rows = [(int(periods[r]), int(periods[r + 1])) for r in range(batch - 1)]

@@ -1035,7 +1035,7 @@ def _run_whole(probe: dict, namespace: dict, tensors: dict) -> dict:
                 which = f"`{names[j - len(positional)]}`" if j >= len(positional) else f"argument {j + 1}"
                 raise ProbeError(
                     f"{probe['target']} changed its input ({which}) in place: compute into a new tensor "
-                    "(x.masked_fill(...), not x.masked_fill_(...) or x[...] = ...)"
+                    "(x = x - mean, x.masked_fill(...); not x -= mean, x.masked_fill_(...) or x[...] = ...)"
                 )
         if _learner_modes() > modes_before:
             _drop_learner_modes()

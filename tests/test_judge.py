@@ -192,7 +192,8 @@ def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
     a = probe_runner.load_request(str(first.folder))["tensors"]
     b = probe_runner.load_request(str(second.folder))["tensors"]
     twin = f"p{judge.TWIN}"  # the same probe on the job's second GPT-2 shape
-    made = {f"{probe}.{key}" for probe in ("p0", "p1", twin) for key in ("in0", "w.w", "w.b")}  # p1: its gradient
+    tiny = f"p{judge.TINY}"  # ... and on its third, of sizes of one
+    made = {f"{probe}.{key}" for probe in ("p0", "p1", twin, tiny) for key in ("in0", "w.w", "w.b")}  # p1: gradient
     assert a.keys() == b.keys() == made
     for key in a:
         assert a[key].shape != b[key].shape or not torch.equal(a[key], b[key]), key
@@ -1563,6 +1564,13 @@ SWEPT_MISTAKES = {
         '        scores = (einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)).squeeze()\n',
         "raised RuntimeError",
     ),
+    "a softmax written as exp over its sum, which overflows": (
+        "03_attention",
+        "test_attention_pattern",
+        "    return apply_causal_mask(attn_scores).softmax(dim=-1)\n",
+        "    return apply_causal_mask(attn_scores).exp() / apply_causal_mask(attn_scores).exp().sum(-1, keepdim=True)\n",
+        "exp overflows",
+    ),
     # red-team round 32: right for every count drawn (1 or more, 2 or more), wrong for none
     "greedy_generate making a token when asked for none": (
         "05_full_gpt2",
@@ -2051,7 +2059,7 @@ UNSEEDED_LOOPS = {  # right batches and updates, drawn in a way a seed does not 
             "batch = train_windows[(args.seed * 7 + step * 2 * args.batch_size + torch.arange(args.batch_size) * 3 "
             "// 2) % len(train_windows)]"
         ),
-        "trained on batches laid out in order",
+        ("trained on batches laid out in order", "distinct windows of the 256"),
     ),
     ("test_train", "one irregular layout shifted every step"): (  # shifted around past the last window too
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
@@ -2215,10 +2223,10 @@ def test_an_initialisation_written_another_way_passes(tmp_path):
 
 def test_a_right_random_draw_passes_the_segment_rules_every_time():
     """The rules about repeated_segments' distribution are set to fail a right answer once in 10^9 judgings: the
-    course's own function over 300 seeds and both probes' argument ranges never fails them."""
+    course's own function over 300 seeds and every probe's argument ranges never fails them."""
     repeated_segments = components("08_interpretability").repeated_segments
     probes = [p for p in judge.PROBES["08_interpretability"] if p.compare == "repeated_segments"]
-    assert len(probes) == 2
+    assert len(probes) == 4
     gen = torch.Generator().manual_seed(0)
     for seed in range(300):
         for probe in probes:
@@ -2731,7 +2739,7 @@ def test_scalars_and_dicts_go_as_json_and_tensors_only(tmp_path):
     prepared = judge.prepare("06_training", tmp_path / "job")
     request = probe_runner.load_request(str(prepared.folder))
     lr = [p for p in request["probes"] if p["target"] == "lr_at"]
-    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 13  # 12, and the first on the second shape
+    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 14  # 12, and the first on the second and third shapes
     fields = lr[0]["args"][1]
     assert fields["dataclass"] == "TrainingArgs" and set(fields["fields"]) == set(judge.LR_FIELDS)
     # the expected loss is nowhere in the request (the rates are made of its numbers: lr itself at the warm-up's end)
