@@ -85,8 +85,13 @@ def bench(label: str, cfg: Config, state_dict: dict | None, n_new: int, repeat: 
                 "uncached": lambda: course.generate(model, prompt, n_new, eos_token_id=-1, temperature=0.0),
                 "cached": lambda: course.cached_generate(cached, prompt, n_new),
                 "transformers": lambda: hf.generate(
-                    prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n_new, min_new_tokens=n_new,
-                    do_sample=False, use_cache=True, pad_token_id=0,
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    max_new_tokens=n_new,
+                    min_new_tokens=n_new,
+                    do_sample=False,
+                    use_cache=True,
+                    pad_token_id=0,
                 ),
             }.items():
                 start = time.perf_counter()
@@ -115,8 +120,13 @@ def main() -> None:
     bench("GPT-2 small's size (random weights)", small, None, args.new_tokens, args.repeat)
     reference = load_reference_gpt2()
     cfg = Config.from_reference(reference)
-    bench(f"offline reference ({reference.cfg.model_name})", cfg, dict(reference.named_parameters()),
-          args.new_tokens, args.repeat)
+    bench(
+        f"offline reference ({reference.cfg.model_name})",
+        cfg,
+        dict(reference.named_parameters()),
+        args.new_tokens,
+        args.repeat,
+    )
 
 
 if __name__ == "__main__":
