@@ -205,6 +205,26 @@ def _and_its_gradient(probe: Probe) -> tuple[Probe, Probe]:
     return probe, replace(probe, output="dict", script="loss_gradient", expect="script", atol=None)
 
 
+def _beam(model: str, new_tokens: tuple, ngram=(0, 0), eos=NEVER_EOS, stop=False, hint: str | None = None) -> Probe:
+    """A beam_search probe on one prompt of the stand-in `model`: 2 to 4 beams, a length penalty of either sign, an
+    n-gram ban and an end-of-text id drawn from `ngram` and `eos`, compared exactly."""
+    return _fn(
+        "test_beam_search",
+        "beam_search",
+        (model, None),
+        ("tokens", (1, "pos")),
+        ("int", (2, 4)),
+        ("int", new_tokens),
+        ("int", ngram),
+        ("int", eos),
+        ("real", (-1.0, 2.0)),
+        ("const", stop),
+        keywords=("length_penalty", "early_stopping"),
+        compare="exact",
+        hint=hint,
+    )
+
+
 def _greedy_generate(model, tokens, new_tokens: tuple[int, int], eos, penalty: tuple | None = None) -> Probe:
     """A generate probe with top_k=1 (greedy, so compared exactly), under a frequency penalty drawn from `penalty`
     where one is given."""
@@ -249,30 +269,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     "02_embeddings": (
         Probe("test_embed", "Embed", TOKENS),
         Probe("test_pos_embed", "PosEmbed", TOKENS),
-        _fn(
-            "test_sinusoidal",
-            "sinusoidal_positional_encoding",
-            ("int", (1, 80)),
-            ("even", (2, 64)),
-            atol=1e-3,  # as sinusoidal_test
-        ),
-        # ... and at GPT-2's sizes, where a base a little off (9,999) shows past float32's rounding of the angles
-        # (at 80 positions it stayed within the tolerance above: a mutation sweep)
-        _fn(
-            "test_sinusoidal",
-            "sinusoidal_positional_encoding",
-            ("int", (512, 1024)),
-            ("even", (128, 768)),
-            atol=3e-4,
-        ),
-        # ... and between the two, where the notebook's own call (100 positions, 128 wide) is (a base of 1,000 from 81
-        # to 511 positions passed while no probe drew there: red-team round 33)
-        _fn(
-            "test_sinusoidal",
-            "sinusoidal_positional_encoding",
-            ("int", (81, 511)),
-            ("even", (66, 512)),
-            atol=3e-4,
+        # small sizes, at the check's tolerance; GPT-2's sizes, where a base a little off (9,999) shows past float32's
+        # rounding of the angles (at 80 positions it stayed within the tolerance: a mutation sweep); and between the
+        # two, where the notebook's own call (100 positions, 128 wide) is (a base of 1,000 from 81 to 511 positions
+        # passed while no probe drew there: red-team round 33)
+        *(
+            _fn("test_sinusoidal", "sinusoidal_positional_encoding", ("int", n_ctx), ("even", d_model), atol=atol)
+            for n_ctx, d_model, atol in (
+                ((1, 80), (2, 64), 1e-3),
+                ((512, 1024), (128, 768), 3e-4),
+                ((81, 511), (66, 512), 3e-4),
+            )
         ),
     ),
     "03_attention": (
@@ -335,30 +342,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("large_logits", ("batch", "pos", "d_vocab")),
             ("tokens", ("batch", "pos")),
         ),
-        _fn(
-            "test_greedy_generate",
-            "greedy_generate",
-            ("table_lm", None),
-            ("tokens", ("batch", "pos")),
-            ("int", (1, 30)),  # past 8, the most drawn before (a loop capped at 8 passed: red-team round 30)
-            compare="exact",
-        ),
-        _fn(  # one prompt: a batch of one row (a `.squeeze()` that drops the batch dimension there had full marks)
-            "test_greedy_generate",
-            "greedy_generate",
-            ("table_lm", None),
-            ("tokens", (1, "pos")),
-            ("int", (2, 8)),
-            compare="exact",
-        ),
-        _fn(  # no new token (a do-while loop that always made one passed while every n_new was 1 or more: red-team
-            # round 32)
-            "test_greedy_generate",
-            "greedy_generate",
-            ("table_lm", None),
-            ("tokens", ("batch", "pos")),
-            ("int", (0, 0)),
-            compare="exact",
+        # a bigram model: 1 to 30 new tokens (past 8, the most drawn before: a loop capped at 8 passed, red-team round
+        # 30); one prompt, a batch of one row (a `.squeeze()` that drops the batch dimension there had full marks); no
+        # new token (a do-while loop that always made one passed while every n_new was 1 or more: round 32)
+        *(
+            _fn(
+                "test_greedy_generate",
+                "greedy_generate",
+                ("table_lm", None),
+                ("tokens", (rows, "pos")),
+                ("int", n_new),
+                compare="exact",
+            )
+            for rows, n_new in (("batch", (1, 30)), (1, (2, 8)), ("batch", (0, 0)))
         ),
         _fn(  # a model whose next token depends on the whole prefix and its length: fed the last token only, or a
             # window, it picks other tokens (3 or more, in 2 rows: all alike by chance about once in 10^10)
@@ -372,8 +368,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             expect="script",
             compare="model_lengths",
         ),
-        _fn(  # a model of a 4-position context that depends on all of it: the last forward sees exactly 4 positions
-            # (a generation that cropped its input to n_ctx - 1 passed while no probe reached the context: sweep 4)
+        # a model of a 4-position context that depends on all of it: the last forward sees exactly 4 positions (a
+        # generation that cropped its input to n_ctx - 1 passed while no probe reached the context: sweep 4)
+        _fn(
             "test_greedy_generate",
             "greedy_generate",
             ("window_prefix_lm", None),
@@ -421,34 +418,26 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             expect="addition_run",
             compare="addition_run",
         ),
-        _fn(  # distinct windows: the batches the loop trains on (their size, fresh ones, training windows only),
-            # judged against the arguments, whatever way of drawing them, once the course's loop, replayed on those
-            # batches, trained the weights it returned; first, so that a wrong batch is named as the cause (the
-            # weights of the probe below differ too)
-            "test_train",
-            "train",
-            ("course_weights", ("05_full_gpt2", "DemoTransformer", 1)),  # one layer: the loop is judged
-            ("tokens", (256, "n_ctx")),
-            ("tokens", (16, "n_ctx")),
-            ("train_args", "wide"),
-            output="dict",
-            script="train_batches",
-            expect="train_batches",
-            compare="train_batches",
-        ),
-        _fn(  # ... and on three windows, batches of three, each window drawn in 72 rows or more but once in 10^12 (a
-            # loop that never drew the last, `torch.randint(len(train_windows) - 1, ...)`, passed on 256: mutation
-            # sweep 3); three rows, so that batches drawn without replacement are a choice too
-            "test_train",
-            "train",
-            ("course_weights", ("05_full_gpt2", "DemoTransformer", 1)),
-            ("tokens", (3, "n_ctx")),
-            ("tokens", (16, "n_ctx")),
-            ("train_args", "few"),
-            output="dict",
-            script="train_batches",
-            expect="train_batches",
-            compare="train_batches",
+        # distinct windows: the batches the loop trains on (their size, fresh ones, training windows only), judged
+        # against the arguments, whatever way of drawing them, once the course's loop, replayed on those batches,
+        # trained the weights it returned; first, so that a wrong batch is named as the cause (the weights of the
+        # probe below differ too). Then on three windows, batches of three, each window drawn in 72 rows or more but
+        # once in 10^12 (a loop that never drew the last, `torch.randint(len(train_windows) - 1, ...)`, passed on
+        # 256: mutation sweep 3); three rows, so that batches drawn without replacement are a choice too
+        *(
+            _fn(
+                "test_train",
+                "train",
+                ("course_weights", ("05_full_gpt2", "DemoTransformer", 1)),  # one layer: the loop is judged
+                ("tokens", (windows, "n_ctx")),
+                ("tokens", (16, "n_ctx")),
+                ("train_args", batches),
+                output="dict",
+                script="train_batches",
+                expect="train_batches",
+                compare="train_batches",
+            )
+            for windows, batches in ((256, "wide"), (3, "few"))
         ),
         _fn(  # a few steps of the learner's loop on the judge's model; every window the same, so any way of drawing
             # a batch gives the same batches: the trained weights must match the course's loop, whatever the order
@@ -496,11 +485,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # ... p up to 0.9999 on flat rows, where the mass crosses it well inside the vocabulary (a filter that kept only
         # the top token from p = 0.995 on passed while no p above 0.95 was drawn: red-team round 33)
         _fn(
-            "test_top_p_filter",
-            "top_p_filter",
-            ("soft_logits", ("batch", "d_vocab")),
-            ("real", (0.995, 0.9999)),
-            compare="filter",
+            "test_top_p_filter", "top_p_filter", ("soft_logits", LOGITS[1]), ("real", (0.995, 0.9999)), compare="filter"
         ),
         # rows whose top token alone reaches p: min_tokens_to_keep decides what is kept in every row (it only did in
         # some rows of the probe above, and a filter that ignored it passed one judging in two: a mutation sweep)
@@ -663,20 +648,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("penalty_lm", None), ("all_few_tokens", ("batch", "n_ctx")), (12, 16), ("int", NEVER_EOS), (1.5, 3.0)
         ),
         *(
-            _fn(
-                "test_beam_search",
-                "beam_search",
-                (table, None),
-                ("tokens", (1, "pos")),
-                ("int", (2, 4)),
-                ("int", (2, 6)),
-                ("int", ngram),
-                ("int", eos),
-                ("real", (-1.0, 2.0)),
-                ("const", stop),
-                keywords=("length_penalty", "early_stopping"),
-                compare="exact",
-            )
+            _beam(table, (2, 6), ngram, eos, stop)
             for table, ngram, eos, stop in (
                 ("table_lm", (0, 0), NEVER_EOS, False),
                 ("table_lm", (0, 0), (0, "d_vocab-1"), False),
@@ -698,35 +670,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             )
             for case in range(N_BEAM_CASES)
         ),
-        _fn(  # a model of a 4-position context that depends on all of it, searched past it: the window is n_ctx (one
-            # of n_ctx + 1 passed while no search went past n_ctx + 1: mutation sweep 4)
-            "test_beam_search",
-            "beam_search",
-            ("window_prefix_lm", None),
-            ("tokens", (1, "pos")),
-            ("int", (2, 4)),
-            ("int", (4, 6)),
-            ("int", (0, 0)),
-            ("int", NEVER_EOS),
-            ("real", (-1.0, 2.0)),
-            ("const", False),
-            keywords=("length_penalty", "early_stopping"),
-            compare="exact",
-        ),
-        _fn(  # 40 steps on a model whose every probability is near 1/101: products of probabilities underflow to 0
-            # in float32 after about 20 steps (the check's 40-step case), sums of log-probabilities do not
-            "test_beam_search",
-            "beam_search",
-            ("chain_lm", None),
-            ("tokens", (1, "pos")),
-            ("int", (2, 4)),
-            ("int", (40, 40)),
-            ("int", (0, 0)),
-            ("int", NEVER_EOS),
-            ("real", (-1.0, 2.0)),
-            ("const", False),
-            keywords=("length_penalty", "early_stopping"),
-            compare="exact",
+        # a model of a 4-position context that depends on all of it, searched past it: the window is n_ctx (one of
+        # n_ctx + 1 passed while no search went past n_ctx + 1: mutation sweep 4)
+        _beam("window_prefix_lm", (4, 6)),
+        # 40 steps on a model whose every probability is near 1/101: products of probabilities underflow to 0 in
+        # float32 after about 20 steps (the check's 40-step case), sums of log-probabilities do not
+        _beam(
+            "chain_lm",
+            (40, 40),
             hint="over 40 steps, where every shorter search was right: products of probabilities underflow to 0 in "
             "float32 after about 20 steps; add log-probabilities instead",
         ),
@@ -813,12 +764,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             script="padded_steps",
             compare="kv_steps",
         ),
-        *(
+        *(  # prompts of different lengths; and one prompt alone
             _fn(
                 "test_padded_generate",
                 "padded_generate",
                 ("kv_prefix_lm", True),  # padded: a stand-in the feeder serves, as cached_generate's
-                ("uneven", ("padded_rows", (1, 6))),
+                prompts,
                 ("int", (3, 6)),
                 eos,
                 ("int", (0, "d_vocab-1")),
@@ -828,21 +779,11 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 expect="padded_generate_steps",
                 compare="cached_steps",
             )
-            for eos in (("int", NEVER_EOS), ("finishing_eos", (0, 1, 4)))
-        ),
-        _fn(  # one prompt alone
-            "test_padded_generate",
-            "padded_generate",
-            ("kv_prefix_lm", True),
-            ("ragged", (1, (1, 6))),
-            ("int", (3, 6)),
-            ("int", NEVER_EOS),
-            ("int", (0, "d_vocab-1")),
-            ("dim", "n_ctx"),
-            output="dict",
-            script="padded_generate_steps",
-            expect="padded_generate_steps",
-            compare="cached_steps",
+            for prompts, eos in (
+                (("uneven", ("padded_rows", (1, 6))), ("int", NEVER_EOS)),
+                (("uneven", ("padded_rows", (1, 6))), ("finishing_eos", (0, 1, 4))),
+                (("ragged", (1, (1, 6))), ("int", NEVER_EOS)),
+            )
         ),
     ),
     "08_interpretability": (
