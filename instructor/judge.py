@@ -107,7 +107,7 @@ class Probe:
 
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
     "strided_float", "tokens", "softmax", "logits", "fine_logits", "soft_logits", "peaked_logits", "graded_logits",
-    "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens",
+    "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens", "row_tokens",
     "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
@@ -544,6 +544,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "apply_repetition_penalty",
             ("penalty_logits", ("batch", "d_vocab")),
             ("all_few_tokens", ("batch", "n_ctx")),
+            ("real", (1.05, 2.0)),
+        ),
+        # ... rows of ids of their own: a token is seen in its row only (ids seen anywhere in the batch, penalised in
+        # every row, passed while every row held the same ids: mutation sweep 5)
+        _fn(
+            "test_apply_repetition_penalty",
+            "apply_repetition_penalty",
+            LOGITS,
+            ("row_tokens", ("batch", "n_ctx")),
             ("real", (1.05, 2.0)),
         ),
         *(
@@ -1398,6 +1407,9 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return torch.randint(0, cfg["d_vocab"], shape, generator=gen)
     if kind == "few_tokens":  # a handful of ids over more positions: some repeat in every row
         return torch.randint(0, 6, shape, generator=gen)
+    if kind == "row_tokens":  # each row of ids of its own, four drawn apart from every other row's
+        ids = torch.randperm(cfg["d_vocab"], generator=gen)[: 4 * shape[0]].view(shape[0], 4)
+        return ids.gather(1, torch.randint(0, 4, shape, generator=gen))
     if kind == "all_few_tokens":  # every id 0-5 in every row (shuffled first), then more of them
         head = torch.stack([torch.randperm(6, generator=gen) for _ in range(shape[0])])
         return torch.cat([head, torch.randint(0, 6, (shape[0], shape[1] - 6), generator=gen)], dim=1)
@@ -2361,6 +2373,12 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
         return None
     if probe.compare == "filter":  # -inf exactly where the course's filter removes a token, the rest unchanged
         removed = torch.isneginf(expected)
+        filled = got[removed & ~torch.isneginf(got)].unique()
+        if removed.any() and not torch.isneginf(got).any() and len(filled) == 1:
+            return (
+                f"{differs}: sets the tokens it removes to {float(filled[0]):g}, not -inf: a removed token must get "
+                "probability 0 after the softmax"
+            )
         if not torch.equal(torch.isneginf(got), removed):
             at = tuple((torch.isneginf(got) != removed).nonzero()[0].tolist())
             where = f"token {at[-1]}" + (f" of row {at[0]}" if len(at) > 1 else "")

@@ -1571,6 +1571,23 @@ SWEPT_MISTAKES = {
         "    return apply_causal_mask(attn_scores).exp() / apply_causal_mask(attn_scores).exp().sum(-1, keepdim=True)\n",
         "exp overflows",
     ),
+    "a repetition penalty marking the tokens of every row in every row": (  # mutation sweep 5
+        "07_sampling_and_kv_cache",
+        "test_apply_repetition_penalty",
+        "    seen = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, tokens, True)  # [batch d_vocab]\n",
+        "    seen = torch.zeros_like(logits, dtype=torch.bool)\n    seen[:, tokens.flatten()] = True\n",
+        "differs from the course's",
+    ),
+    "top-p setting the tokens it removes to 0": (  # the message names the fill (it read "removes 0 tokens")
+        "07_sampling_and_kv_cache",
+        "test_top_p_filter",
+        (
+            "    remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order\n"
+            '    return logits.masked_fill(remove, float("-inf"))\n'
+        ),
+        "    remove = remove_sorted.scatter(-1, order, remove_sorted)\n    return logits.masked_fill(remove, 0.0)\n",
+        "sets the tokens it removes to 0, not -inf",
+    ),
     # red-team round 32: right for every count drawn (1 or more, 2 or more), wrong for none
     "greedy_generate making a token when asked for none": (
         "05_full_gpt2",
