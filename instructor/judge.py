@@ -466,6 +466,12 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("real", (0.001, 0.009)),
             compare="softmax",
         ),
+        # ... and the rest of the line: 0.009 to 0.2 on logits 0.3 apart, 3 to 100 (temperatures from 0.01 to 0.2 raised
+        # to 0.2, and past 3 lowered to 3, passed while none was drawn there: red-team round 34)
+        *(
+            _fn("test_apply_temperature", "apply_temperature", logits, ("real", band), compare="softmax")
+            for logits, band in ((("soft_logits", LOGITS[1]), (0.009, 0.2)), (LOGITS, (3.0, 100.0)))
+        ),
         _fn("test_top_k_filter", "top_k_filter", LOGITS, ("int", (1, 20)), compare="filter"),
         # ... and up to the vocabulary (k capped at 20 passed while every k drawn was 20 or less: red-team round 29)
         _fn("test_top_k_filter", "top_k_filter", LOGITS, ("int", (21, "d_vocab-1")), compare="filter"),
@@ -497,12 +503,16 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("int", (2, 6)),
             compare="filter",
         ),
-        _fn(
-            "test_apply_frequency_penalty",
-            "apply_frequency_penalty",
-            LOGITS,
-            ("few_tokens", ("batch", "n_ctx")),
-            ("real", (0.1, 2.0)),
+        # penalties up to 20 (one capped at 2, the most drawn before, passed: red-team round 34)
+        *(
+            _fn(
+                "test_apply_frequency_penalty",
+                "apply_frequency_penalty",
+                LOGITS,
+                ("few_tokens", ("batch", "n_ctx")),
+                ("real", band),
+            )
+            for band in ((0.1, 2.0), (2.0, 20.0))
         ),
         *(  # rows of a few distinct tokens, so that n-grams repeat, three of them built so that the last window
             # matters (`_random_input`'s "ngram_tokens"); n from 1 to 6 (a ban skipped from n = 4 on passed while n
@@ -539,12 +549,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("real", (1.0, 1.0)),
             compare="filter",
         ),
-        _fn(
-            "test_apply_repetition_penalty",
-            "apply_repetition_penalty",
-            ("penalty_logits", ("batch", "d_vocab")),
-            ("all_few_tokens", ("batch", "n_ctx")),
-            ("real", (1.05, 2.0)),
+        # penalties that favour seen tokens (below 1) and up to 20 (one capped at 2, the most drawn before, passed:
+        # red-team round 34)
+        *(
+            _fn(
+                "test_apply_repetition_penalty",
+                "apply_repetition_penalty",
+                ("penalty_logits", ("batch", "d_vocab")),
+                ("all_few_tokens", ("batch", "n_ctx")),
+                ("real", band),
+            )
+            for band in ((1.05, 2.0), (0.1, 0.95), (2.0, 20.0))
         ),
         # ... rows of ids of their own: a token is seen in its row only (ids seen anywhere in the batch, penalised in
         # every row, passed while every row held the same ids: mutation sweep 5)
@@ -982,6 +997,18 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 atol=1e-5,  # as seq2seq_loss_test
                 keywords=("label_smoothing",),
             )
+        ),
+        _fn(  # smoothing up to 0.99 (one capped at 0.3, the most drawn before, passed: red-team round 34)
+            "test_seq2seq_loss",
+            "seq2seq_loss",
+            ("float", ("batch", "pos", "d_vocab")),
+            ("padded_tokens", ("batch", "pos")),
+            ("dim", "pad_id"),
+            ("real", (0.3, 0.99)),
+            config="encdec",
+            output="scalar",
+            atol=1e-5,
+            keywords=("label_smoothing",),
         ),
         _fn(
             "test_make_batch",

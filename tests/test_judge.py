@@ -1588,6 +1588,38 @@ SWEPT_MISTAKES = {
         "    remove = remove_sorted.scatter(-1, order, remove_sorted)\n    return logits.masked_fill(remove, 0.0)\n",
         "sets the tokens it removes to 0, not -inf",
     ),
+    # red-team round 34: a penalty, a temperature or a smoothing capped at the edge of what the judge drew
+    "a frequency penalty capped at 2": (
+        "07_sampling_and_kv_cache",
+        "test_apply_frequency_penalty",
+        "    return logits - penalty * counts\n",
+        "    return logits - min(penalty, 2.0) * counts\n",
+        "differs from the course's",
+    ),
+    "a repetition penalty capped at 2": (
+        "07_sampling_and_kv_cache",
+        "test_apply_repetition_penalty",
+        "    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)\n",
+        "    penalty = min(penalty, 2.0)\n    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)\n",
+        "differs from the course's",
+    ),
+    "temperatures from 0.01 to 0.2 raised to 0.2": (
+        "07_sampling_and_kv_cache",
+        "test_apply_temperature",
+        "    if temperature == 0:\n        best = logits.argmax(dim=-1, keepdim=True)  # [batch 1]\n",
+        (
+            "    if 0.01 < temperature < 0.2:\n        temperature = 0.2\n"
+            "    if temperature == 0:\n        best = logits.argmax(dim=-1, keepdim=True)  # [batch 1]\n"
+        ),
+        "differs from the course's",
+    ),
+    "label smoothing capped at 0.3": (
+        "09_encoder_decoder",
+        "test_seq2seq_loss",
+        "        label_smoothing=label_smoothing,\n",
+        "        label_smoothing=min(label_smoothing, 0.3),\n",
+        "the course's seq2seq_loss",
+    ),
     # red-team round 32: right for every count drawn (1 or more, 2 or more), wrong for none
     "greedy_generate making a token when asked for none": (
         "05_full_gpt2",
