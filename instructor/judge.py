@@ -2801,6 +2801,9 @@ def _compare_train_batches(probe: Probe, got: dict, rules: dict) -> str | None:
     return None
 
 
+MANY_WINDOWS = 64  # the rules on how batches were drawn (fresh, not laid out) need this many windows to tell
+
+
 def _batch_rules(batches: list, rules: dict) -> str | None:
     """Why the batches a run's record shows break the rules (`_train_batches`): their shape and number, training
     windows only, a fresh one every step, drawn from all the windows. Checked before a record is replayed."""
@@ -2821,9 +2824,9 @@ def _batch_rules(batches: list, rules: dict) -> str | None:
     if not all(row in train for row in rows):
         return "trained on rows that are not windows of train_windows: index train_windows with random row indices"
     distinct = len({tuple(map(tuple, batch.tolist())) for batch in batches})
-    if (
-        distinct < steps and len(train) >= 64
-    ):  # three windows make few batches: equal ones come by chance  # two equal batches of 67 or more rows among 256 windows: never in practice
+    # two equal batches of 67 or more rows among 256 windows: never in practice (three windows make few batches,
+    # and equal ones come by chance)
+    if distinct < steps and len(train) >= MANY_WINDOWS:
         return f"trained on {distinct} distinct batch(es) in {steps} steps: draw a new random batch every step"
     windows, due = len(set(rows)), _windows_due(len(train), len(rows))
     if windows < due:
@@ -2868,7 +2871,7 @@ def _in_order(batches: list, train: list) -> str | None:
     import math
     from collections import Counter
 
-    if len(train) < 64:  # too few windows for a layout to tell from draws (the probe on three windows)
+    if len(train) < MANY_WINDOWS:  # too few windows for a layout to tell from draws (the probe on three windows)
         return None
     index = {tuple(row): i for i, row in enumerate(train)}
     gaps, layouts = [], Counter()
