@@ -1240,6 +1240,35 @@ def beam_cases(beam_search, seed: int, _nudge: tuple[int, float] | None = None) 
     return out
 
 
+def beam_widths(select_beams, seed: int) -> dict:
+    """`select_beams` at every width from 1 to 8 beams, on scores drawn from `seed` (the judge's, secret): plain
+    scores, scores where every live beam's <|endoftext|> ranks above all else (as many candidates finish as there are
+    beams, and exactly num_beams others must go on), the last step, and rows with one finite score each (fewer
+    candidates than 2 * num_beams). Each output is named by its width and scores (a select_beams that kept
+    `num_beams + min(num_beams, 3)` candidates, right at the 2 and 3 beams drawn before, had full marks: red-team
+    round 35)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for beams in range(1, 9):
+        d_vocab = 12 + int(torch.randint(20, (), generator=gen))
+        eos = int(torch.randint(d_vocab, (), generator=gen))
+        for design in ("plain", "ends_first", "last_step", "banned"):
+            scores = torch.randn(beams, d_vocab, generator=gen) - 4
+            if design == "ends_first":
+                scores[:, eos] = scores.max() + 1 + torch.rand(beams, generator=gen)
+            if design == "banned":
+                keep = torch.randint(d_vocab, (beams,), generator=gen)
+                kept = scores[torch.arange(beams), keep]
+                scores = torch.full_like(scores, float("-inf"))
+                scores[torch.arange(beams), keep] = kept
+            go_on, done = select_beams(scores, beams, eos, last_step=design == "last_step")
+            out[f"num_beams={beams} ({design}) go_on"] = _plain(go_on, "the live candidates")
+            out[f"num_beams={beams} ({design}) done"] = _plain(done, "the finished candidates")
+    return out
+
+
 def decode_once(decode, model, src, max_len: int):
     """`decode`'s tokens, refused if it encoded the source other than once (the source does not change while it
     decodes: the checks count the encoder's calls)."""
@@ -1714,6 +1743,84 @@ def causal_input_gradient(fn, *args, **kwargs) -> dict:
     return input_gradient(fn, *args, _causal=True, **kwargs)
 
 
+SMALL_WARMUPS = SMALL_SPANS = range(4)
+SMALL_STEPS = range(9)
+
+
+def small_schedules(lr_at, args):
+    """`lr_at` at steps 0 to 8 of every schedule with a warm-up of 0 to 3 steps and a decay of 0 to 3 (`args`'s
+    rate and floor) [16 9]: the edges of the schedule's domain, each one, where a special case or a bound off by
+    one shows (a warm-up of none returning the peak rate, `step < warmup_steps - 1`, a decay over `max(2, ...)`
+    steps had full marks while every warm-up drawn was of 2 or more and every decay of 2 or more: mutation sweep
+    6)."""
+    import dataclasses
+
+    import torch
+
+    rows = []
+    for warmup in SMALL_WARMUPS:
+        for span in SMALL_SPANS:
+            schedule = dataclasses.replace(args, warmup_steps=warmup, max_steps=warmup + span)
+            rows.append([float(lr_at(step, schedule)) for step in SMALL_STEPS])
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def signature_defaults(fn) -> dict:
+    """Each parameter of `fn` and the default a call that leaves it out gets, as [kind, value] (float64): kind 0
+    required, 1 None, 2 a number (a bool too), 3 anything else; "**" = [4, 0] where `fn` takes keywords it does not
+    name. Read from what a call uses (a function's `__defaults__` and `__kwdefaults__`), not from `__signature__`,
+    which a function may set to anything. The judge compares them with the notebook's signature's: a default that
+    differs changes the notebook's own calls that leave the argument out, which no probe that passes it sees
+    (label smoothing 0.1, or no end-of-text id, as defaults had full marks: red-team round 35)."""
+    import inspect
+    import math
+    import numbers
+    import types
+
+    import torch
+
+    def encoded(default) -> list[float]:
+        if default is inspect.Parameter.empty:
+            return [0.0, 0.0]
+        if default is None:
+            return [1.0, 0.0]
+        if isinstance(default, numbers.Real) and math.isfinite(float(default)):
+            return [2.0, float(default)]
+        return [3.0, 0.0]
+
+    params: dict[str, list[float]] = {}
+    function = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if type(function) is types.FunctionType:
+        code = function.__code__
+        positional = code.co_varnames[: code.co_argcount]
+        keyword_only = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+        defaults = function.__defaults__ or ()
+        kwdefaults = function.__kwdefaults__ or {}
+        first_default = len(positional) - len(defaults)
+        for j, name in enumerate(positional):
+            params[name] = encoded(defaults[j - first_default] if j >= first_default else inspect.Parameter.empty)
+        for name in keyword_only:
+            params[name] = encoded(kwdefaults.get(name, inspect.Parameter.empty))
+        if code.co_flags & inspect.CO_VARKEYWORDS:
+            params["**"] = [4.0, 0.0]
+    else:  # a callable object, a partial: what inspect can tell
+        try:
+            signature = inspect.signature(fn, follow_wrapped=False)
+        except (TypeError, ValueError):
+            signature = None
+        for name, param in signature.parameters.items() if signature is not None else ():
+            if param.kind is inspect.Parameter.VAR_KEYWORD:
+                params["**"] = [4.0, 0.0]
+            elif param.kind is not inspect.Parameter.VAR_POSITIONAL:
+                params[name] = encoded(param.default)
+        if signature is None:
+            params["**"] = [4.0, 0.0]
+    named = {k: v for k, v in params.items() if k == "**" or (k.isascii() and k.isidentifier())}
+    out = {k: torch.tensor(v, dtype=torch.float64) for k, v in list(named.items())[:60]}
+    out["**"] = torch.tensor(params.get("**", [0.0, 0.0]), dtype=torch.float64)
+    return out
+
+
 def loss_gradient(loss, logits, *args, **kwargs) -> dict:
     """A loss ("loss") and its gradient with respect to the logits ("grad"): the value alone let a loss computed
     in NumPy, or rebuilt from `.item()`, through, which `backward()` cannot run through (red-team round 10)."""
@@ -1782,6 +1889,9 @@ SCRIPTS = {
     "input_gradient": input_gradient,
     "beam_cases": beam_cases,
     "causal_input_gradient": causal_input_gradient,
+    "signature_defaults": signature_defaults,
+    "small_schedules": small_schedules,
+    "beam_widths": beam_widths,
 }
 
 

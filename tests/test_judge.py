@@ -1917,6 +1917,176 @@ SWEPT_MISTAKES = {
         ),
         SWEPT,
     ),
+    # red-team round 35 and mutation sweep 6: a default no probe uses (every probe passes the argument), on which
+    # the notebook's own calls rely
+    "a generate that by default never stops at end of text": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "max_new_tokens: int, eos_token_id: int = EOT, **sampling",
+        "max_new_tokens: int, eos_token_id: int = -1, **sampling",
+        "generate's default for eos_token_id is -1, where the notebook's signature gives 50256",
+    ),
+    "a seq2seq loss that smooths its labels by default": (
+        "09_encoder_decoder",
+        "test_seq2seq_loss",
+        "pad_id: int, label_smoothing: float = 0.0\n",
+        "pad_id: int, label_smoothing: float = 0.1\n",
+        "seq2seq_loss's default for label_smoothing is 0.1, where the notebook's signature gives 0",
+    ),
+    "a causal mask that fills with -5e4 by default": (
+        "03_attention",
+        "test_apply_causal_mask",
+        'key_pos"], ignore: float = -1e5\n',
+        'key_pos"], ignore: float = -5e4\n',
+        "apply_causal_mask's default for ignore is -50000, where the notebook's signature gives -100000",
+    ),
+    "a reversal floor whose default length is 32": (
+        "06_training",
+        "test_reversal_floor",
+        "def reversal_loss_floor(seq_len: int = 16, d_vocab: int = 100) -> float:",
+        "def reversal_loss_floor(seq_len: int = 32, d_vocab: int = 100) -> float:",
+        "reversal_loss_floor's default for seq_len is 32",
+    ),
+    "a sampler that penalises repeats by default": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    frequency_penalty: float = 0.0,\n",
+        "    frequency_penalty: float = 1,\n",
+        "sample_next_token's default for frequency_penalty is 1, where the notebook's signature gives 0",
+    ),
+    # mutation sweep 6: right on every schedule drawn (warm-ups and decays of 2 steps or more), wrong at an edge
+    "a schedule whose warm-up of none returns the peak rate": (
+        "06_training",
+        "test_lr_at",
+        "    if step < args.warmup_steps:\n",
+        "    if args.warmup_steps == 0:\n        return args.lr\n    if step < args.warmup_steps:\n",
+        "with warmup_steps=0",
+    ),
+    "a warm-up that ends a step early": (
+        "06_training",
+        "test_lr_at",
+        "    if step < args.warmup_steps:\n",
+        "    if step < args.warmup_steps - 1:\n",
+        "lr_at(",
+    ),
+    "a decay of one step spread over two": (
+        "06_training",
+        "test_lr_at",
+        "max(1, args.max_steps - args.warmup_steps)",
+        "max(2, args.max_steps - args.warmup_steps)",
+        "and max_steps=",
+    ),
+    # red-team round 35 and mutation sweep 6: right at the 2 and 3 beams drawn before, wrong at other widths
+    "a select_beams that keeps too few candidates from 4 beams on": (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
+        "top = scores.flatten().topk(min(num_beams + min(num_beams, 3), scores.numel()))",
+        "num_beams=",
+    ),
+    "a select_beams that keeps one candidate at one beam": (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
+        "top = scores.flatten().topk(min(2 * num_beams, scores.numel()) if num_beams > 1 else 1)",
+        "num_beams=1 ",
+    ),
+    "a top-k filter that takes the batch's largest at k = 1": (
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        "    threshold = logits.topk(k, dim=-1).values[:, -1:]  # [batch 1]\n",
+        "    threshold = logits.max() if k == 1 else logits.topk(k, dim=-1).values[:, -1:]\n",
+        SWEPT,
+    ),
+    "a top-k filter that keeps one token fewer at the vocabulary's size": (
+        "07_sampling_and_kv_cache",
+        "test_top_k_filter",
+        "    k = min(k, logits.shape[-1])\n",
+        "    k = min(k, logits.shape[-1] - 1) if k == logits.shape[-1] else min(k, logits.shape[-1])\n",
+        SWEPT,
+    ),
+    "a greedy branch that penalises ids 0-11 alone": (  # red-team round 35
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    if frequency_penalty:\n        logits = apply_frequency_penalty(logits, tokens, frequency_penalty)\n",
+        (
+            "    if temperature == 0:\n"
+            "        counts = torch.zeros_like(logits)\n"
+            "        for i in range(12):\n"
+            "            counts[:, i] = (tokens == i).sum(-1)\n"
+            "        return (logits - frequency_penalty * counts).argmax(-1)\n"
+            "    if frequency_penalty:\n        logits = apply_frequency_penalty(logits, tokens, frequency_penalty)\n"
+        ),
+        "drew token",
+    ),
+    # mutation sweep 6: a special case past a size the judge never reached
+    "a GELU that switches formula past 4,096 values": (
+        "04_mlp_and_block",
+        "test_gelu_new",
+        "    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))\n",
+        (
+            "    if x.numel() > 4096:\n        return x * torch.sigmoid(1.702 * x)\n"
+            "    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))\n"
+        ),
+        "",
+    ),
+    "a greedy generation that crops prompts past 64 tokens": (
+        "05_full_gpt2",
+        "test_greedy_generate",
+        "        logits = model(tokens)  # [batch pos d_vocab]: we only need the prediction after the last position\n",
+        "        logits = model(tokens if tokens.shape[1] <= 64 else tokens[:, -64:])\n",
+        "",
+    ),
+    "a KV cache that reads its length from the second layer's": (  # mutation sweep 6: right from two layers on
+        "07_sampling_and_kv_cache",
+        "test_kv_cache",
+        (
+            "        offset = 0 if past_kvs is None else past_kvs[0][0].shape[1]\n        new = tokens.shape[1]\n"
+            "        if offset + new > self.cfg.n_ctx:\n"
+            '            raise ValueError(f"{offset} cached + {new} new tokens exceed the model\'s n_ctx = {self.cfg.n_ctx}")\n'
+            "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]"
+        ),
+        (
+            "        offset = 0 if past_kvs is None else past_kvs[-1 if len(past_kvs) < 2 else 1][0].shape[1] * "
+            "(len(past_kvs) > 1)\n        new = tokens.shape[1]\n"
+            "        if offset + new > self.cfg.n_ctx:\n"
+            '            raise ValueError(f"{offset} cached + {new} new tokens exceed the model\'s n_ctx = {self.cfg.n_ctx}")\n'
+            "        residual = self.embed(tokens) + self.pos_embed.W_pos[offset : offset + new]"
+        ),
+        "",
+    ),
+    "a cached generation that special-cases one new token": (  # mutation sweep 6
+        "07_sampling_and_kv_cache",
+        "test_cached_generate",
+        "    logits, past_kvs = model(tokens)  # the prompt, once\n",
+        (
+            "    logits, past_kvs = model(tokens)  # the prompt, once\n    if max_new_tokens == 1:\n"
+            "        return torch.cat([tokens, logits[:1, -1].argmax(dim=-1, keepdim=True).expand(tokens.shape[0], 1)], "
+            "dim=1)\n"
+        ),
+        "",
+    ),
+    "induction scores that special-case one position": (  # mutation sweep 6
+        "08_interpretability",
+        "test_induction_scores",
+        "    return stripe[..., -seq_len:].mean(dim=(0, -1))  # the second copy's queries only\n",
+        "    return stripe[..., -seq_len:].mean(dim=(0, -1)) if seq_len > 1 else stripe.mean(dim=(0, -1))\n",
+        "",
+    ),
+    "a cached generation one step short": (  # mutation sweep 6: the message named the recomputes, not the count
+        "07_sampling_and_kv_cache",
+        "test_cached_generate",
+        "    logits, past_kvs = model(tokens)  # the prompt, once\n    for step in range(max_new_tokens):\n",
+        "    logits, past_kvs = model(tokens)  # the prompt, once\n    for step in range(max_new_tokens - 1):\n",
+        "1 fewer than asked for",
+    ),
+    "a sampler whose temperature is required": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    temperature: float = 1.0,\n",
+        "    temperature: float,\n",
+        "sample_next_token's default for temperature is none (the argument is required), where the notebook's",
+    ),
 }
 MISTAKES += [(notebook, grade_id, old, new, cause) for notebook, grade_id, old, new, cause in SWEPT_MISTAKES.values()]
 
@@ -2257,6 +2427,28 @@ def test_a_loop_that_rounds_another_way_passes(tmp_path):
     args = course["TrainingArgs"](max_steps=2, batch_size=2, warmup_steps=1, eval_every=10, eval_batches=1)
     weights = probe_runner.trained_weights(course["train"], course["DemoTransformer"](cfg), windows, windows, args)
     assert "blocks.0.attn.W_K" in weights and "blocks.0.attn.b_K" not in weights, sorted(weights)
+
+
+def test_a_default_written_another_way_passes(tmp_path):
+    """The judge compares the defaults a call gets, not how they are written: -1e5 as -100_000.0 and a loss that
+    reads its smoothing from keywords it does not name (which the judge cannot read, and leaves to the other probes)
+    pass."""
+    namespace = course_with("03_attention", 'key_pos"], ignore: float = -1e5\n', 'key_pos"], ignore=-100_000.0\n')
+    verdict = verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path / "mask")
+    assert verdict["passed"], verdict
+    namespace = course_with_each(
+        "09_encoder_decoder",
+        [
+            ("pad_id: int, label_smoothing: float = 0.0\n", "pad_id: int, **options\n"),
+            (
+                '    """Mean cross-entropy over the real (non-padding) target tokens."""\n',
+                '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
+                '    label_smoothing = options.get("label_smoothing", 0.0)\n',
+            ),
+        ],
+    )
+    verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "loss")
+    assert verdict["passed"], verdict
 
 
 def test_an_initialisation_written_another_way_passes(tmp_path):
@@ -2787,8 +2979,10 @@ def test_a_converted_dict_with_nan_fails(tmp_path):
 def test_scalars_and_dicts_go_as_json_and_tensors_only(tmp_path):
     prepared = judge.prepare("06_training", tmp_path / "job")
     request = probe_runner.load_request(str(prepared.folder))
-    lr = [p for p in request["probes"] if p["target"] == "lr_at"]
+    lr = [p for p in request["probes"] if p["target"] == "lr_at" and "script" not in p]  # one step each
     assert [type(p["args"][0]["value"]) for p in lr] == [int] * 14  # 12, and the first on the second and third shapes
+    schedules = [p for p in request["probes"] if p.get("script") == "small_schedules"]
+    assert [set(p["args"][0]["fields"]) for p in schedules] == [set(judge.LR_FIELDS)]
     fields = lr[0]["args"][1]
     assert fields["dataclass"] == "TrainingArgs" and set(fields["fields"]) == set(judge.LR_FIELDS)
     # the expected loss is nowhere in the request (the rates are made of its numbers: lr itself at the warm-up's end)
