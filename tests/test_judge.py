@@ -2442,8 +2442,10 @@ def test_a_default_written_another_way_passes(tmp_path):
             ("pad_id: int, label_smoothing: float = 0.0\n", "pad_id: int, **options\n"),
             (
                 '    """Mean cross-entropy over the real (non-padding) target tokens."""\n',
-                '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
-                '    label_smoothing = options.get("label_smoothing", 0.0)\n',
+                (
+                    '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
+                    '    label_smoothing = options.get("label_smoothing", 0.0)\n'
+                ),
             ),
         ],
     )
