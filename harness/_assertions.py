@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from typing import NoReturn
 
 import torch
@@ -12,6 +13,42 @@ from torch import Tensor
 
 def fail(message: str) -> NoReturn:
     raise AssertionError(message)
+
+
+def defaults_as_given(fn, notebook: str, target: str, name: str) -> None:
+    """Fail unless `fn` gives each parameter that the notebook's signature of `target` gives a number or None by
+    default the same default: the notebook's own calls that leave the argument out rely on it, and a check that
+    passes every argument never sees it. A parameter `fn` does not name, where it takes `**kwargs`, is left to the
+    rest of the check."""
+    import inspect
+    import numbers
+
+    from harness.course import components
+
+    def plain(default) -> bool:
+        return default is None or (isinstance(default, numbers.Real) and math.isfinite(float(default)))
+
+    given = inspect.signature(getattr(components(notebook), target)).parameters
+    try:
+        theirs = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or an object inspect cannot read: the calls judge it
+        return
+    takes_keywords = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in theirs.values())
+    for key, param in given.items():
+        if param.default is inspect.Parameter.empty or not plain(param.default):
+            continue
+        if key not in theirs:
+            if not takes_keywords:
+                fail(f"{name} has no parameter {key}: the notebook's signature gives it, default {param.default!r}.")
+            continue
+        got = theirs[key].default
+        same = got is None if param.default is None else plain(got) and got is not None and got == param.default
+        if not same:
+            shown = "none (the argument is required)" if got is inspect.Parameter.empty else repr(got)
+            fail(
+                f"{name}'s default for {key} is {shown}, where the notebook's signature gives {param.default!r}: "
+                f"the notebook's own calls that leave {key} out rely on it; keep the signature's defaults as given."
+            )
 
 
 def build(cls, cfg, what: str | None = None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from harness._assertions import as_tensor_output, call, fail
+from harness._assertions import as_tensor_output, call, defaults_as_given, fail
 
 __all__ = [
     "attention_pattern_test",
@@ -19,6 +19,7 @@ def causal_mask_test(apply_causal_mask) -> None:
     """Checks `apply_causal_mask(attn_scores [batch n_heads query_pos key_pos]) -> scores`: every score of a key later
     than its query replaced by a large negative number (or -inf), everything else unchanged."""
     name = getattr(apply_causal_mask, "__name__", "apply_causal_mask")
+    defaults_as_given(apply_causal_mask, "03_attention", "apply_causal_mask", name)
     if not callable(apply_causal_mask):
         fail(f"Expected the function itself, got {type(apply_causal_mask).__name__}.")
     for shape in ((2, 3, 5, 5), (1, 1, 1, 1), (1, 2, 7, 7)):

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness._assertions import as_tensor_output, call, check_tensor, fail, mismatch_summary
+from harness._assertions import as_tensor_output, call, check_tensor, defaults_as_given, fail, mismatch_summary
 from harness.config import EncoderDecoderConfig
 
 __all__ = [
@@ -1011,6 +1011,7 @@ def seq2seq_loss_test(seq2seq_loss) -> None:
     """Checks `seq2seq_loss(logits [batch tgt d_vocab], tgt_out [batch tgt], pad_id, label_smoothing=0.0)`: the mean
     cross-entropy over the real target tokens, as F.cross_entropy(..., ignore_index=pad_id, label_smoothing=...)."""
     name = "seq2seq_loss"
+    defaults_as_given(seq2seq_loss, "09_encoder_decoder", "seq2seq_loss", name)
     gen = torch.Generator().manual_seed(30)
     logits = 2 * torch.randn(3, 5, 11, generator=gen)
     real_ids = torch.randint(0, 10, (3, 5), generator=gen)

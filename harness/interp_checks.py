@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from harness._assertions import as_tensor_output, call, fail, mismatch_summary
+from harness._assertions import as_tensor_output, call, defaults_as_given, fail, mismatch_summary
 from harness.config import Config
 
 __all__ = [
@@ -510,6 +510,7 @@ def _far_from_uniform(counts: list[int], k: int, rare: float = 1e-9):
 def repeated_segments_test(repeated_segments) -> None:
     """Checks `repeated_segments(batch, n_ctx, d_vocab, min_period, max_period, generator) -> (tokens, periods)`."""
     name = _name(repeated_segments, "repeated_segments")
+    defaults_as_given(repeated_segments, "08_interpretability", "repeated_segments", name)
     # two argument sets: every argument changes between them (a hard-coded one shows), a small vocabulary last
     for batch, n_ctx, d_vocab, lo, hi in ((4000, 40, 30, 3, 9), (3000, 23, 7, 2, 5)):
         call_text = f"{name}({batch}, {n_ctx}, {d_vocab}, {lo}, {hi}, generator)"

@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from harness._assertions import call, fail, mismatch_summary
+from harness._assertions import call, defaults_as_given, fail, mismatch_summary
 from harness.config import Config
 from harness.kv_cache_checks import _learner_model, _step
 
@@ -264,6 +264,7 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
     greedy, cached, left-padded with pad_token_id, finished rows padded with it, stopping when every row has
     finished."""
     name = getattr(padded_generate, "__name__", "padded_generate")
+    defaults_as_given(padded_generate, "07_sampling_and_kv_cache", "padded_generate", name)
     cfg = _CFG
     course = _course_model(cfg, seed=7)
     model = _learner_model(PaddedTransformer, course, cfg)

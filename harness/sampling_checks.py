@@ -18,7 +18,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from harness._assertions import as_tensor_output, call, fail
+from harness._assertions import as_tensor_output, call, defaults_as_given, fail
 
 __all__ = [
     "beam_search_test",
@@ -241,6 +241,7 @@ def top_p_test(top_p_filter) -> None:
     from transformers import TopPLogitsWarper
 
     name = _name(top_p_filter, "top_p_filter")
+    defaults_as_given(top_p_filter, "07_sampling_and_kv_cache", "top_p_filter", name)
     cases = [(_logits(5, scale=2.0), 0.9, 1), (_logits(6, scale=1.0), 0.5, 1), (_logits(7, scale=4.0), 0.01, 3)]
     for logits, p, keep in cases:
         out = _run_filter(top_p_filter, name, logits, p, keep)
@@ -342,6 +343,7 @@ def min_p_test(min_p_filter) -> None:
     from transformers import MinPLogitsWarper
 
     name = _name(min_p_filter, "min_p_filter")
+    defaults_as_given(min_p_filter, "07_sampling_and_kv_cache", "min_p_filter", name)
     # Rows of different confidence (top probabilities 0.21 to 0.63), so that one row's threshold is wrong for another
     # and no row is so sure that min_p itself is the threshold; a min_p high
     # enough that only the top token survives, where min_tokens_to_keep is what keeps more.
@@ -554,6 +556,7 @@ def sample_next_token_test(sample_next_token) -> None:
     sampler with probability at most 2^V exp(-2 N 0.06^2) ~ 2e-6 per row (V=12, N=3000), and the seed is fixed.
     """
     name = _name(sample_next_token, "sample_next_token")
+    defaults_as_given(sample_next_token, "07_sampling_and_kv_cache", "sample_next_token", name)
     rows = torch.tensor(
         [
             [3.0, 2.9, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -1.0, -2.0, -3.0, -4.0],
@@ -714,6 +717,7 @@ def generate_test(generate) -> None:
     steps) and with `GPT2LMHeadModel.generate` on the reference's weights.
     """
     name = _name(generate, "generate")
+    defaults_as_given(generate, "07_sampling_and_kv_cache", "generate", name)
     # <|endoftext|> in the middle of the vocabulary: ids above it are ordinary tokens (row 2 passes through them)
     d_vocab, eos = 12, 6
     model = ScriptedLM(_successor_table(d_vocab, eos))
@@ -1025,6 +1029,7 @@ def select_beams_test(select_beams) -> None:
     """Checks `select_beams(scores [n_live d_vocab], num_beams, eos_token_id, last_step=False)` -> (live, finished),
     two 1-D tensors of flat indices `parent * d_vocab + token`, against transformers' beam search rules."""
     name = _name(select_beams, "select_beams")
+    defaults_as_given(select_beams, "07_sampling_and_kv_cache", "select_beams", name)
     cases = [
         # (scores, num_beams, eos, last_step): eos ranked 1 and 2 (one may finish, one may not), ...
         (_seeded_scores(0, 3, 7, 3, (1, 2)), 2, 3, False),
@@ -1229,6 +1234,7 @@ def _penalised(table: Tensor, prompt: Tensor, new: list[int], length_penalty: fl
 def beam_search_test(beam_search) -> None:
     """Checks `beam_search(model, tokens [1 pos], num_beams, max_new_tokens, no_repeat_ngram_size=0, eos_token_id)`."""
     name = _name(beam_search, "beam_search")
+    defaults_as_given(beam_search, "07_sampling_and_kv_cache", "beam_search", name)
     eos = 4
     model = ScriptedLM(_trap_table())
     prompt = torch.tensor([[0]])

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness._assertions import as_tensor_output, assert_unchanged, call, fail
+from harness._assertions import as_tensor_output, assert_unchanged, call, defaults_as_given, fail
 
 __all__ = [
     "lm_loss_test",
@@ -605,6 +605,9 @@ def reversal_floor_test(floor) -> None:
     cases = [(16, 100)]
     if callable(floor):
         cases += [(8, 10), (32, 50), (6, 7)]
+        defaults_as_given(
+            floor, "06_training", "reversal_loss_floor", getattr(floor, "__name__", "reversal_loss_floor")
+        )
     for seq_len, d_vocab in cases:
         value = call(floor, seq_len, d_vocab, what=f"floor({seq_len}, {d_vocab})") if callable(floor) else floor
         if isinstance(value, Tensor):
