@@ -115,7 +115,7 @@ class Probe:
     (a bigram language model, `probe_runner.table_lm`; "ending_lm" one that ends every row at once; "penalty_lm"
     one that prefers ids 0-5; "window_lm" ("window_prefix_lm", `prefix_lm`'s) one
     whose context is 4 positions), "ragged"/"uneven"/"ragged_late" (lists of token ids of different
-    lengths) and "finishing_eos"/"generate_eos" (an id the course's model emits early, from other arguments:
+    lengths) and "finishing_eos"/"generate_eos"/"lone_eos" (an id the course's model emits early, from other arguments:
     `_finishing_eos`, `_generate_eos`).
     `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
     how an output is judged (`compare`)."""
@@ -289,6 +289,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # ... and on 129 to 724 positions (a mask sliced from a 128 x 128 table passed while the judge's longest
         # sequence was 96: red-team round 29)
         _fn("test_apply_causal_mask", "apply_causal_mask", ("float", (1, 1, "big_pos", "big_pos")), compare="mask"),
+        # ... and with an `ignore` of its own: a small one, where the fill is seen after a softmax, and -inf, where
+        # arithmetic masking (scores * keep + ignore * masked) makes NaN (both passed while every call used the
+        # default: mutation sweep 7)
+        *(
+            _fn(
+                "test_apply_causal_mask",
+                "apply_causal_mask",
+                ("float", ("batch", "n_heads", "pos", "pos")),
+                ignore,
+                keywords=("ignore",),
+                compare=compare,
+            )
+            for ignore, compare in ((("real", (-50.0, -1.0)), "close"), (("const", float("-inf")), "mask"))
+        ),
         _fn("test_attention_scores", "attention_scores", *(("float", ("batch", "pos", "n_heads", "d_head")),) * 2),
         _fn("test_attention_pattern", "attention_pattern", ("float", ("batch", "n_heads", "pos", "pos"))),
         _fn(  # scores of hundreds (an exp over a sum gave NaN there and passed on scores near 1: mutation sweep 4)
@@ -865,6 +879,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("uneven", ("padded_rows", (1, 6))), ("int", NEVER_EOS)),
                 (("uneven", ("padded_rows", (1, 6))), ("finishing_eos", (0, 1, 4))),
                 (("ragged", (1, (1, 6))), ("int", NEVER_EOS)),
+                (("ragged", (1, (1, 6))), ("lone_eos", (0, 1, 2, 4))),  # ... which finishes early
             )
         ),
     ),
@@ -1901,7 +1916,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
-    if kind in ("run_cache", "addition_key", "finishing_eos", "generate_eos", "later_layer"):
+    if kind in ("run_cache", "addition_key", "later_layer", *EOS_FINDERS):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
         wide, few = param == "wide", param == "few"  # batches large enough that draws from a few windows only show
@@ -2048,6 +2063,14 @@ def _finishing_eos(course, model, prompts, pad: int, *, dims: dict) -> int | Non
     )
 
 
+def _lone_eos(course, model, prompts, new_tokens: int, pad: int, *, dims: dict) -> int | None:
+    """For padded_generate on one prompt: an id its greedy continuation emits first at its second step or later and
+    before its last, so that every row has finished with steps to spare (a loop that went on once every row had
+    finished passed while some row always went on: mutation sweep 7); None where no id does."""
+    row = course.padded_generate(model, prompts, new_tokens, dims["d_vocab"], pad)[0, len(prompts[0]) :].tolist()
+    return next((row[step] for step in range(1, new_tokens - 1) if row.index(row[step]) == step), None)
+
+
 def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict) -> int | None:
     """For generate: an end-of-text id that the greedy continuation of one row emits first at its second step or
     later while another row emits it later or never (`_first_to_finish`)."""
@@ -2075,6 +2098,7 @@ def _decoded_rows_finish_apart(course, model, src, max_len: int) -> bool:
 
 
 UNTIL = {"decoded_rows_finish_apart": _decoded_rows_finish_apart}
+EOS_FINDERS = {"finishing_eos": _finishing_eos, "generate_eos": _generate_eos, "lone_eos": _lone_eos}
 
 
 def _first_to_finish(rows: list[list[int]]) -> int | None:
@@ -2215,9 +2239,8 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                 ]
                 apart = True
                 for j, (kind, param) in enumerate(probe.args):
-                    if kind in ("finishing_eos", "generate_eos"):
-                        finish = _finishing_eos if kind == "finishing_eos" else _generate_eos
-                        eos = finish(course, *(drawn[k][0] for k in param), dims=dims)
+                    if kind in EOS_FINDERS:
+                        eos = EOS_FINDERS[kind](course, *(drawn[k][0] for k in param), dims=dims)
                         drawn[j], apart = (eos, {"value": eos}), apart and eos is not None
                 if apart and (probe.until is None or UNTIL[probe.until](course, *(value for value, _ in drawn))):
                     break
@@ -2884,9 +2907,14 @@ def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
     tokens, due = got["tokens"], expected["tokens"]
     if tokens.dim() == 2 and tokens.shape[0] == due.shape[0] and tokens.shape[1] != due.shape[1]:
         count = abs(tokens.shape[1] - due.shape[1])
+        ends = (
+            "max_new_tokens new ones, or fewer once every row has emitted eos_token_id"
+            if probe.target == "padded_generate"
+            else "max_new_tokens new ones"
+        )
         return (  # a count, not a cache: say so rather than blame the recomputes
-            f"returned {tokens.shape[1]} tokens a row where {due.shape[1]} are due (the prompt, then max_new_tokens new "
-            f"ones): {count} {'fewer' if tokens.shape[1] < due.shape[1] else 'more'} than asked for"
+            f"returned {tokens.shape[1]} tokens a row where {due.shape[1]} are due (the prompt, then {ends}): "
+            f"{count} {'fewer' if tokens.shape[1] < due.shape[1] else 'more'}"
         )
     why = _compare_tensor(probe, tokens, due, what="the tokens of a first call")
     if why is not None:

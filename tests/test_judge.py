@@ -2078,7 +2078,29 @@ SWEPT_MISTAKES = {
         "test_cached_generate",
         "    logits, past_kvs = model(tokens)  # the prompt, once\n    for step in range(max_new_tokens):\n",
         "    logits, past_kvs = model(tokens)  # the prompt, once\n    for step in range(max_new_tokens - 1):\n",
-        "1 fewer than asked for",
+        "(the prompt, then max_new_tokens new ones): 1 fewer",
+    ),
+    # mutation sweep 7: what no call reached (every row finished early; an `ignore` of the caller's)
+    "a padded generation that goes on once every row has finished": (
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        "            break\n        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)",
+        "            continue\n        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)",
+        "or fewer once every row has emitted eos_token_id): ",
+    ),
+    "a causal mask that fills with -inf whatever `ignore` is": (
+        "03_attention",
+        "test_apply_causal_mask",
+        "    return attn_scores.masked_fill(future, ignore)\n",
+        '    return attn_scores.masked_fill(future, float("-inf"))\n',
+        SWEPT,
+    ),
+    "a causal mask by arithmetic (NaN where ignore is -inf)": (
+        "03_attention",
+        "test_apply_causal_mask",
+        "    return attn_scores.masked_fill(future, ignore)\n",
+        "    return attn_scores * ~future + ignore * future\n",
+        "NaN",
     ),
     "a sampler whose temperature is required": (
         "07_sampling_and_kv_cache",
