@@ -99,9 +99,27 @@ FLAG_CHARS, MAX_FLAGS = 400, 12
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+def _visible(text: str) -> str:
+    """`text` with every control and format character written as its escape (`\x1b`, `\u202e`): a learner's
+    exception text reached the CSVs with terminal escapes that redraw the line as "agreed" in `cat` (red-team
+    round 36), and bidirectional overrides reorder what an editor shows."""
+    import unicodedata
+
+    return "".join(
+        (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        if unicodedata.category(ch) in ("Cc", "Cf")
+        else ch
+        for ch in text
+    )
+
+
 def _cell(value):
-    """A CSV cell as data: text a spreadsheet would take for a formula is quoted with a leading apostrophe."""
-    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+    """A CSV cell as data: control characters escaped, and text a spreadsheet would take for a formula quoted with a
+    leading apostrophe."""
+    if not isinstance(value, str):
+        return value
+    value = _visible(value)
+    return "'" + value if value.startswith(_FORMULA_START) else value
 
 
 def _data_row(row: dict) -> dict:

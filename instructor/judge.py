@@ -134,6 +134,7 @@ class Probe:
     script: str | None = None  # how a module is run (`probe_runner.SCRIPTS`), where it is not one call
     hint: str | None = None  # the likely cause when this probe fails (and the test's earlier probes passed)
     until: str | None = None  # the arguments are drawn again until this holds of them (`UNTIL`)
+    omit_defaults: bool = False  # called without the arguments the notebook's signature gives defaults
 
 
 BEAM_EOS = 3
@@ -1187,7 +1188,8 @@ def _with_gradients(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
             continue
         if probe.module:
             seen.add(probe.grade_id)
-            more.append(replace(probe, output="dict", script="parameter_gradient"))
+            hint = "in training mode (model.train()), as training calls it, with its gradients"
+            more.append(replace(probe, output="dict", script="parameter_gradient", hint=hint))
         elif probe.target in GRADIENT_FUNCTIONS or probe.target == "apply_causal_mask":
             seen.add(probe.grade_id)
             script = "causal_input_gradient" if probe.target == "apply_causal_mask" else "input_gradient"
@@ -1202,9 +1204,19 @@ def _with_defaults(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
     never stopped at end of text by default, and a `seq2seq_loss` smoothing by default, had full marks: red-team
     round 35; a causal mask's fill and reversal_loss_floor's sizes changed: mutation sweep 6)."""
     first: dict[str, str] = {}
+    plain: dict[str, Probe] = {}
     for probe in probes:
         if not probe.module:
             first.setdefault(probe.target, probe.grade_id)
+        if not probe.module and probe.script is None and probe.expect is None and probe.compare != "samples":
+            best = plain.get(probe.target)  # the first that passes keywords, else the first with the most arguments
+            if best is None or (bool(probe.keywords), len(probe.args)) > (bool(best.keywords), len(best.args)):
+                plain[probe.target] = probe
+    # ... and what the defaults do: the first such probe of each function again, its defaulted arguments left out
+    # (`_without_defaults`), however the defaults are written (a None standing for the notebook's number passed,
+    # and a wrapper or a float subclass hid a wrong one from the signature: red-team round 36)
+    hint = "called without the arguments its signature gives defaults, as the notebook's own calls are"
+    more_calls = [replace(probe, omit_defaults=True, hint=hint) for probe in plain.values()]
     more = [
         Probe(
             grade_id,
@@ -1218,7 +1230,26 @@ def _with_defaults(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
         )
         for target, grade_id in first.items()
     ]
-    return (*probes, *more)
+    return (*probes, *more, *more_calls)
+
+
+def _without_defaults(fn, n_positional: int, names: list[str]) -> tuple[int, list[str]]:
+    """How many of a call's `n_positional` arguments, and which of its keyword `names`, remain once those whose
+    parameter the course's `fn` gives a number or None by default are left out. Positional ones go from the end
+    while they all have such defaults; a keyword `fn` does not name (its `**kwargs`) stays."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def constant(param) -> bool:
+        return param.default is None or type(param.default) in (int, float, bool)
+
+    keep = n_positional
+    while keep and constant(positional[keep - 1]):
+        keep -= 1
+    kept = [n for n in names if n not in params or not constant(params[n])]
+    return keep, kept
 
 
 PROBES = {notebook: _with_defaults(_with_gradients(probes)) for notebook, probes in PROBES.items()}
@@ -2263,6 +2294,12 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                 if kind == "addition_key":  # what the stand-in's problems are drawn with, besides the seed asked for
                     key = secrets.randbits(62)
                     drawn[j] = (key, {"value": key})
+            names = list(probe.keywords)
+            if probe.omit_defaults:  # the arguments the notebook's signature gives defaults, left out
+                n_positional, names = _without_defaults(getattr(course, probe.target), len(drawn) - len(names), names)
+                drawn = drawn[:n_positional] + [
+                    drawn[len(drawn) - len(probe.keywords) + probe.keywords.index(n)] for n in names
+                ]
             entry = {
                 "name": name,
                 "grade_id": probe.grade_id,
@@ -2270,7 +2307,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                 "kind": "module" if probe.module else "function",
                 "output": probe.output,
                 "args": [json_entry for _, json_entry in drawn],
-                "keywords": list(probe.keywords),
+                "keywords": names,
                 "forbidden_ops": list(forbidden_ops(notebook, probe.target)),
             }
             if probe.script and not probe.module:
@@ -2278,8 +2315,8 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             if probe.compare == "samples":
                 entry["chunks"] = list(SAMPLE_CALLS)
             values = [_copy(value) for value, _ in drawn]
-            n_positional = len(values) - len(probe.keywords)
-            keywords = dict(zip(probe.keywords, values[n_positional:], strict=True))
+            n_positional = len(values) - len(names)
+            keywords = dict(zip(names, values[n_positional:], strict=True))
             values = values[:n_positional]
             with torch.no_grad():
                 if probe.module:
@@ -2839,8 +2876,10 @@ def _default_shown(kind: float, value: float) -> str:
 
 def _compare_defaults(probe: Probe, got: dict, expected: dict) -> str | None:
     """The learner's function gives the parameters that the notebook's signature gives a number or None by
-    default the same default. A parameter the function does not name, where it takes keywords it does not name
-    (`**kwargs`), cannot be read: what such a function does without it is left to the other probes."""
+    default the same default, where what it gives can be read: a plain number, or None where the notebook's is None
+    too. A None where the notebook has a number (a sentinel for it), any other object, a parameter the function does
+    not name while it takes `**kwargs`, and a wrapper are left to the probes that leave the arguments out
+    (`_with_defaults`): what the default does is judged there."""
     import torch
 
     def read(entry) -> tuple[float, float] | None:
@@ -2862,7 +2901,8 @@ def _compare_defaults(probe: Probe, got: dict, expected: dict) -> str | None:
         have = read(got[name])
         if have is None:
             return f"no record of {probe.target}'s default for {name}"
-        if have != (kind, value):
+        readable = have[0] == 0 or have[0] == 2 or (have[0] == 1 and kind == 1)
+        if readable and have != (kind, value):
             return (
                 f"{probe.target}'s default for {name} is {_default_shown(*have)}, where the notebook's signature "
                 f"gives {_default_shown(kind, value)}: the notebook's own calls that leave {name} out rely on it; "
@@ -3317,7 +3357,8 @@ def _described(values: list, keywords: dict) -> str:
             return repr(value)
         return f"a {type(value).__name__}"
 
-    return ", ".join([*map(one, values), *(f"{key}={one(value)}" for key, value in keywords.items())])[:300]
+    shown = ", ".join([*map(one, values), *(f"{key}={one(value)}" for key, value in keywords.items())])[:300]
+    return shown or "no arguments"
 
 
 def _with_inputs(why: str, inputs, got, expected) -> str:

@@ -1682,10 +1682,14 @@ def parameter_gradient(model, *args, **kwargs) -> dict:
     """A module's output ("output") and the gradients of its parameters ("grad.<name>") and of its floating-point
     inputs ("grad.input.<j>") for a fixed random cotangent of the output's shape (zeros where none reaches): what
     training needs from a module besides its values. The parameters alone let a LayerNorm whose statistics were
-    detached, or computed in NumPy, through: its `w` and `b` act after them (red-team round 25)."""
+    detached, or computed in NumPy, through: its `w` and `b` act after them (red-team round 25). In training mode, as
+    training calls it (every other probe is in eval mode: a LayerNorm that skipped its normalisation, and an MLP that
+    detached its input, under `if self.training:`, had full marks: red-team round 36); the course's modules have no
+    dropout, so both modes give the same."""
     import torch
 
     args, inputs = _differentiable(args)
+    model.train()
     with torch.enable_grad():
         out = model(*args, **kwargs)
         if not isinstance(out, torch.Tensor) or not out.is_floating_point():
@@ -1767,14 +1771,16 @@ def small_schedules(lr_at, args):
 
 def signature_defaults(fn) -> dict:
     """Each parameter of `fn` and the default a call that leaves it out gets, as [kind, value] (float64): kind 0
-    required, 1 None, 2 a number (a bool too), 3 anything else; "**" = [4, 0] where `fn` takes keywords it does not
-    name. Read from what a call uses (a function's `__defaults__` and `__kwdefaults__`), not from `__signature__`,
-    which a function may set to anything. The judge compares them with the notebook's signature's: a default that
-    differs changes the notebook's own calls that leave the argument out, which no probe that passes it sees
-    (label smoothing 0.1, or no end-of-text id, as defaults had full marks: red-team round 35)."""
+    required, 1 None, 2 a plain number (an int, float or bool, not a subclass), 3 anything else; "**" = [4, 0] where
+    `fn` takes keywords it does not name, or is a wrapper whose defaults cannot be read. Read from what a call uses
+    (a function's `__defaults__` and `__kwdefaults__`, or its class's `__call__`'s), never from `__signature__` or
+    `__wrapped__`, which anything may set. The judge compares the plain numbers and None with the notebook's
+    signature (`judge._compare_defaults`): a default that differs changes the notebook's own calls that leave the
+    argument out, which no probe that passes it sees (label smoothing 0.1, or no end-of-text id, as defaults had full
+    marks: red-team round 35). What it cannot read (a None standing for the notebook's default, a tensor, a wrapper)
+    is left to the probes that leave the arguments out."""
     import inspect
     import math
-    import numbers
     import types
 
     import torch
@@ -1784,12 +1790,14 @@ def signature_defaults(fn) -> dict:
             return [0.0, 0.0]
         if default is None:
             return [1.0, 0.0]
-        if isinstance(default, numbers.Real) and math.isfinite(float(default)):
+        if type(default) in (int, float, bool) and math.isfinite(default):
             return [2.0, float(default)]
         return [3.0, 0.0]
 
     params: dict[str, list[float]] = {}
     function = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if type(function) is not types.FunctionType:  # a callable object: its class's __call__, as a call runs it
+        function = inspect.getattr_static(type(fn), "__call__", None)
     if type(function) is types.FunctionType:
         code = function.__code__
         positional = code.co_varnames[: code.co_argcount]
@@ -1803,18 +1811,8 @@ def signature_defaults(fn) -> dict:
             params[name] = encoded(kwdefaults.get(name, inspect.Parameter.empty))
         if code.co_flags & inspect.CO_VARKEYWORDS:
             params["**"] = [4.0, 0.0]
-    else:  # a callable object, a partial: what inspect can tell
-        try:
-            signature = inspect.signature(fn, follow_wrapped=False)
-        except (TypeError, ValueError):
-            signature = None
-        for name, param in signature.parameters.items() if signature is not None else ():
-            if param.kind is inspect.Parameter.VAR_KEYWORD:
-                params["**"] = [4.0, 0.0]
-            elif param.kind is not inspect.Parameter.VAR_POSITIONAL:
-                params[name] = encoded(param.default)
-        if signature is None:
-            params["**"] = [4.0, 0.0]
+    else:  # a partial, a cache, a builtin: nothing a call uses can be read here
+        params["**"] = [4.0, 0.0]
     named = {k: v for k, v in params.items() if k == "**" or (k.isascii() and k.isidentifier())}
     out = {k: torch.tensor(v, dtype=torch.float64) for k, v in list(named.items())[:60]}
     out["**"] = torch.tensor(params.get("**", [0.0, 0.0]), dtype=torch.float64)

@@ -2128,6 +2128,12 @@ def test_csv_cells_a_spreadsheet_would_run_are_written_as_text():
     row = _data_row({"reason": '=HYPERLINK("http://example.invalid", "x")', "flags": "@SUM(1)", "score": -1.0})
     assert row == {"reason": '\'=HYPERLINK("http://example.invalid", "x")', "flags": "'@SUM(1)", "score": -1.0}
     assert _data_row({"reason": "failed: =x"}) == {"reason": "failed: =x"}
+    # ... nor draw on a terminal: an escape that moved up, erased the line and printed a green "agreed" reached
+    # grades.csv (red-team round 36); control and bidirectional characters are written as their escapes
+    forged = "raised \x1b[1A\x1b[2K\r\x1b[32mjudge: agreed\x1b[0m \u202eright-to-left"
+    shown = _data_row({"reason": forged})["reason"]
+    assert shown == "raised \\x1b[1A\\x1b[2K\\x0d\\x1b[32mjudge: agreed\\x1b[0m \\u202eright-to-left", shown
+    assert _data_row({"reason": "\x1b=x"})["reason"] == "\\x1b=x"
 
 
 @pytest.mark.parametrize(("auto", "score"), [(1e9, 2.0), (-5.0, 0.0), (float("nan"), 0.0), (0.5, 0.5)])

@@ -2102,6 +2102,47 @@ SWEPT_MISTAKES = {
         "    return attn_scores * ~future + ignore * future\n",
         "NaN",
     ),
+    # red-team round 36: a wrong default the signature does not show, judged by the calls that leave it out
+    "a reversal floor under a cache whose default length is 32": (
+        "06_training",
+        "test_reversal_floor",
+        "def reversal_loss_floor(seq_len: int = 16, d_vocab: int = 100) -> float:",
+        "@__import__('functools').lru_cache\ndef reversal_loss_floor(seq_len: int = 32, d_vocab: int = 100) -> float:",
+        "called without the arguments its signature gives defaults",
+    ),
+    "a seq2seq loss whose default is a float subclass that smooths": (
+        "09_encoder_decoder",
+        "test_seq2seq_loss",
+        (
+            'pad_id: int, label_smoothing: float = 0.0\n) -> Float[Tensor, ""]:\n'
+            '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
+        ),
+        (
+            "pad_id: int, label_smoothing: float = type('NotGiven', (float,), {})(0.0)\n"
+            ') -> Float[Tensor, ""]:\n'
+            '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
+            "    if type(label_smoothing) is not float:\n        label_smoothing = 0.1\n"
+        ),
+        "called without the arguments its signature gives defaults",
+    ),
+    # red-team round 36: wrong in training mode only, which the gradient probes now run in
+    "a LayerNorm that skips its normalisation in training": (
+        "01_layernorm",
+        "test_layernorm",
+        "        centered = residual - residual.mean(dim=-1, keepdim=True)\n",
+        (
+            "        if self.training:\n            return residual * self.w + self.b\n"
+            "        centered = residual - residual.mean(dim=-1, keepdim=True)\n"
+        ),
+        SWEPT,
+    ),
+    "an MLP that detaches its input in training": (
+        "04_mlp_and_block",
+        "test_mlp",
+        "        post = gelu_new(pre)\n",
+        "        pre = pre.detach() if self.training else pre\n        post = gelu_new(pre)\n",
+        SWEPT,
+    ),
     "a sampler whose temperature is required": (
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
@@ -2452,11 +2493,27 @@ def test_a_loop_that_rounds_another_way_passes(tmp_path):
 
 
 def test_a_default_written_another_way_passes(tmp_path):
-    """The judge compares the defaults a call gets, not how they are written: -1e5 as -100_000.0 and a loss that
-    reads its smoothing from keywords it does not name (which the judge cannot read, and leaves to the other probes)
-    pass."""
-    namespace = course_with("03_attention", 'key_pos"], ignore: float = -1e5\n', 'key_pos"], ignore=-100_000.0\n')
-    verdict = verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path / "mask")
+    """The judge compares the defaults a call gets, not how they are written: -1e5 as -100_000.0 or as a tensor, a
+    None standing for the notebook's number (red-team round 36: both lost their points to a comparison of the
+    signatures), and a loss that reads its smoothing from keywords it does not name pass."""
+    for k, default in enumerate(("-100_000.0", "torch.tensor(-1e5)")):
+        namespace = course_with("03_attention", 'key_pos"], ignore: float = -1e5\n', f'key_pos"], ignore={default}\n')
+        verdict = verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path / f"mask{k}")
+        assert verdict["passed"], verdict
+    namespace = course_with_each(
+        "09_encoder_decoder",
+        [
+            ("pad_id: int, label_smoothing: float = 0.0\n", "pad_id: int, label_smoothing: float | None = None\n"),
+            (
+                '    """Mean cross-entropy over the real (non-padding) target tokens."""\n',
+                (
+                    '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
+                    "    label_smoothing = 0.0 if label_smoothing is None else label_smoothing\n"
+                ),
+            ),
+        ],
+    )
+    verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "none")
     assert verdict["passed"], verdict
     namespace = course_with_each(
         "09_encoder_decoder",
