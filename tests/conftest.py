@@ -5,7 +5,9 @@ size, on a stand-in hub) take most of an hour on 2 cores, so a plain `pytest` de
 -m expression naming them) selects them. The `ray` tests (tests/test_grading_ray.py: a batch graded on a Ray
 cluster of three nodes started on this machine) take a few minutes and are opt-in the same way (`-m ray`); `.ci/run`
 runs them after the default suite. So do the `exhaustive` tests (tests/test_exercise_arguments.py: every solution
-notebook run once, then each exercise argument ignored in turn; about five minutes), and the `slow` ones (nbgrader's
+notebook run once, then each exercise argument ignored in turn; about five minutes; and the judge's verdicts on
+the wrong versions that mutation sweeps and red-team rounds found, tests/test_judge.py's SWEPT_MISTAKES), and the
+`slow` ones (nbgrader's
 Validator on every solution notebook, which nbval also runs end to end; the Colab set-up's install in a fresh
 environment; the reference on every window of Milton's verse: about five minutes together), which keep the default
 suite near 15 minutes on 2 cores. This lives here rather than in pyproject.toml's addopts because
@@ -38,7 +40,9 @@ def pytest_configure(config):
     )
     config.addinivalue_line("markers", "ray: grading on a Ray cluster started here (opt-in: select with -m ray)")
     config.addinivalue_line(
-        "markers", "exhaustive: every solution notebook run to try variants of its exercises (opt-in: -m exhaustive)"
+        "markers",
+        "exhaustive: every solution notebook run to try variants of its exercises, and the swept wrong versions through "
+        "the judge (opt-in: -m exhaustive)",
     )
     config.addinivalue_line(
         "markers", "slow: a long run of what the default suite checks another way (opt-in: select with -m slow)"

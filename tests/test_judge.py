@@ -2151,7 +2151,8 @@ SWEPT_MISTAKES = {
         "sample_next_token's default for temperature is none (the argument is required), where the notebook's",
     ),
 }
-MISTAKES += [(notebook, grade_id, old, new, cause) for notebook, grade_id, old, new, cause in SWEPT_MISTAKES.values()]
+# The swept mistakes run after the default suite (`-m exhaustive`, `.ci/run`): about a hundred verdicts, which kept the
+# default suite past its 15 minutes; the curated MISTAKES above stay in it.
 
 
 def test_the_judges_inputs_separate_each_filter_and_penalty_mistake_on_every_draw():
@@ -2623,6 +2624,13 @@ def test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, 
     assert any(c in verdict["message"] for c in ((cause,) if isinstance(cause, str) else cause)), verdict
 
 
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("mistake", sorted(SWEPT_MISTAKES))
+def test_a_swept_mistake_fails_with_its_cause(mistake, tmp_path):
+    notebook, grade_id, old, new, cause = SWEPT_MISTAKES[mistake]
+    test_a_realistic_mistake_fails_with_its_cause(notebook, grade_id, old, new, cause, tmp_path)
+
+
 # Red-team round 10: wrong code the judge's fixed inputs could not tell from right code (one GPT-2 shape for every
 # job, a batch of two, top_k=1 only, one end-of-text id, layers 0 and 1, forward alone, a loss's value alone). Each
 # runs in several jobs: a constant that one job's shapes happen to match must fail the next.
@@ -2821,7 +2829,7 @@ def test_the_judges_beam_cases_separate_every_named_beam_search_mistake():
 
 def test_every_newly_judged_test_has_a_mistake_case():
     judged = {g for gs in judge.judged_tests().values() for g in gs}
-    assert {m[1] for m in MISTAKES} >= judged - {
+    assert {m[1] for m in [*MISTAKES, *SWEPT_MISTAKES.values()]} >= judged - {
         "test_layernorm",
         "test_embed",
         "test_pos_embed",
