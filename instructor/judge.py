@@ -1206,9 +1206,8 @@ def _with_defaults(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
     first: dict[str, str] = {}
     plain: dict[str, Probe] = {}
     for probe in probes:
-        if not probe.module:
-            first.setdefault(probe.target, probe.grade_id)
-        if not probe.module and probe.script is None and probe.expect is None and probe.compare != "samples":
+        first.setdefault(probe.target, probe.grade_id)  # a module's: its forward's (09's `causal=True` passed: sweep 8)
+        if probe.script is None and probe.expect is None and probe.compare != "samples":
             best = plain.get(probe.target)  # the first that passes keywords, else the first with the most arguments
             if best is None or (bool(probe.keywords), len(probe.args)) > (bool(best.keywords), len(best.args)):
                 plain[probe.target] = probe
@@ -1230,17 +1229,21 @@ def _with_defaults(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
         )
         for target, grade_id in first.items()
     ]
-    return (*probes, *more, *more_calls)
+    # the signatures first: where a default differs, the message names it (a filter whose min_tokens_to_keep
+    # defaulted to 2 read "removes 198 tokens where 200 are due", from a probe that left it out: sweep 8)
+    return (*more, *probes, *more_calls)
 
 
 def _without_defaults(fn, n_positional: int, names: list[str]) -> tuple[int, list[str]]:
     """How many of a call's `n_positional` arguments, and which of its keyword `names`, remain once those whose
-    parameter the course's `fn` gives a number or None by default are left out. Positional ones go from the end
-    while they all have such defaults; a keyword `fn` does not name (its `**kwargs`) stays."""
+    parameter the course's `fn` (a function, or a module's class: its forward) gives a number or None by default are
+    left out. Positional ones go from the end while they all have such defaults; a keyword `fn` does not name (its
+    `**kwargs`) stays."""
     import inspect
 
-    params = inspect.signature(fn).parameters
+    params = inspect.signature(fn.forward if isinstance(fn, type) else fn).parameters
     positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = positional[1:] if isinstance(fn, type) else positional  # forward's self
 
     def constant(param) -> bool:
         return param.default is None or type(param.default) in (int, float, bool)
@@ -1708,14 +1711,17 @@ def _job_config(unlike: dict | None = None, apart: bool = False, long: bool = Fa
     in (a causal mask sliced from a 64 x 64 table had full marks while every context was 15 or less: red-team round
     28), below the vocabulary, which some probes' designs need. `tiny`: one head and one layer (d_model is then
     d_head, or 1 to 5 more where `apart`)."""
+    # `apart`: d_model is past n_heads * d_head by more than d_head, so that d_model // d_head is not n_heads and
+    # d_model // n_heads is not d_head (a W_Q of d_model // d_head heads passed every shape 1 to 5 past: sweep 8)
     if tiny:
         d_head = 6 + secrets.randbelow(6)
+        d_model = d_head + (d_head + 1 + secrets.randbelow(5) if apart else 0)
         return {
             **SMALL,
             "n_heads": 1,
             "d_head": d_head,
-            "d_model": d_head + (1 + secrets.randbelow(5) if apart else 0),
-            "d_mlp": 2 * d_head + 1 + 2 * secrets.randbelow(8),
+            "d_model": d_model,
+            "d_mlp": 2 * d_model + 1 + 2 * secrets.randbelow(8),
             "n_layers": 1,
             "n_ctx": JOB_N_CTX[secrets.randbelow(len(JOB_N_CTX))],
             "d_vocab": JOB_VOCABS[secrets.randbelow(len(JOB_VOCABS))],
@@ -1727,7 +1733,7 @@ def _job_config(unlike: dict | None = None, apart: bool = False, long: bool = Fa
             **SMALL,
             "n_heads": n_heads,
             "d_head": d_head,
-            "d_model": n_heads * d_head + (1 + secrets.randbelow(5) if apart else 0),
+            "d_model": n_heads * d_head + (d_head + 1 + secrets.randbelow(5) if apart else 0),
             "d_mlp": 2 * n_heads * d_head + 1 + 2 * secrets.randbelow(8),
             "n_layers": 2 + secrets.randbelow(2),
             "n_ctx": LONG_N_CTX[0] + secrets.randbelow(LONG_N_CTX[1] - LONG_N_CTX[0] + 1)
@@ -2869,6 +2875,8 @@ def _default_shown(kind: float, value: float) -> str:
         return "none (the argument is required)"
     if kind == 1:
         return "None"
+    if kind == 5:
+        return str(bool(value))
     if kind == 2:
         return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
     return "a value that is not a number"
@@ -2889,7 +2897,7 @@ def _compare_defaults(probe: Probe, got: dict, expected: dict) -> str | None:
     takes_keywords = (read(got.get("**")) or (0.0, 0.0))[0] == 4
     for name, want in expected.items():
         kind, value = read(want)
-        if name == "**" or kind not in (1, 2):
+        if name == "**" or kind not in (1, 2, 5):
             continue
         if name not in got:
             if takes_keywords:
@@ -2901,8 +2909,9 @@ def _compare_defaults(probe: Probe, got: dict, expected: dict) -> str | None:
         have = read(got[name])
         if have is None:
             return f"no record of {probe.target}'s default for {name}"
-        readable = have[0] == 0 or have[0] == 2 or (have[0] == 1 and kind == 1)
-        if readable and have != (kind, value):
+        readable = have[0] in (0, 2, 5) or (have[0] == 1 and kind == 1)
+        number = {2: 2, 5: 2}  # a bool is a number to compare (False is 0), shown as itself
+        if readable and (number.get(have[0], have[0]), have[1]) != (number.get(kind, kind), value):
             return (
                 f"{probe.target}'s default for {name} is {_default_shown(*have)}, where the notebook's signature "
                 f"gives {_default_shown(kind, value)}: the notebook's own calls that leave {name} out rely on it; "

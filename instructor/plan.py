@@ -36,7 +36,8 @@ from instructor.dataflow import (
 
 # Cell magics that run their cell's code in the notebook's namespace, as if they were not there: what the cell
 # defines is defined (`%%time` over a class made it a string passed to a magic, and the exercise went missing).
-TRANSPARENT_CELL_MAGICS = {"time", "capture"}
+# `%%prun` too, whatever its options (an honest `%%prun -q` over LayerNorm lost its points: red-team round 37).
+TRANSPARENT_CELL_MAGICS = {"time", "capture", "prun"}
 
 
 # IPython's transformer reads a cell again for each magic it rewrites (quadratic: 499 `%time` lines in a 20 kB cell
@@ -56,7 +57,12 @@ def ipython_to_python(source: str) -> str:
         return source
     if magics > MAX_MAGICS:
         raise SyntaxError(f"more than {MAX_MAGICS} magic or shell lines in one cell: not read")
-    first, _, body = source.lstrip("\n").partition("\n")
+    # IPython drops the lines before the first that holds anything, blank or of spaces, before it looks for a cell
+    # magic (a line of spaces over `%%time` made the plan miss it: round 37)
+    lines = source.splitlines(keepends=True)
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    first, _, body = "".join(lines).partition("\n")
     magic = re.match(r"%%(\w+)", first.strip())
     if magic and magic.group(1) in TRANSPARENT_CELL_MAGICS:
         return ipython_to_python(body)

@@ -1771,7 +1771,7 @@ def small_schedules(lr_at, args):
 
 def signature_defaults(fn) -> dict:
     """Each parameter of `fn` and the default a call that leaves it out gets, as [kind, value] (float64): kind 0
-    required, 1 None, 2 a plain number (an int, float or bool, not a subclass), 3 anything else; "**" = [4, 0] where
+    required, 1 None, 2 a plain number (an int or a float, not a subclass), 5 a bool, 3 anything else; "**" = [4, 0] where
     `fn` takes keywords it does not name, or is a wrapper whose defaults cannot be read. Read from what a call uses
     (a function's `__defaults__` and `__kwdefaults__`, or its class's `__call__`'s), never from `__signature__` or
     `__wrapped__`, which anything may set. The judge compares the plain numbers and None with the notebook's
@@ -1790,13 +1790,17 @@ def signature_defaults(fn) -> dict:
             return [0.0, 0.0]
         if default is None:
             return [1.0, 0.0]
-        if type(default) in (int, float, bool) and math.isfinite(default):
+        if type(default) is bool:
+            return [5.0, float(default)]
+        if type(default) in (int, float) and math.isfinite(default):
             return [2.0, float(default)]
         return [3.0, 0.0]
 
     params: dict[str, list[float]] = {}
     function = fn.__func__ if isinstance(fn, types.MethodType) else fn
-    if type(function) is not types.FunctionType:  # a callable object: its class's __call__, as a call runs it
+    if isinstance(fn, type):  # a module's class: its forward, as calling a module runs it (`self` is read too)
+        function = inspect.getattr_static(fn, "forward", None)
+    elif type(function) is not types.FunctionType:  # a callable object: its class's __call__, as a call runs it
         function = inspect.getattr_static(type(fn), "__call__", None)
     if type(function) is types.FunctionType:
         code = function.__code__

@@ -1198,6 +1198,11 @@ def test_a_cell_under_time_or_capture_defines_what_it_holds():
 
     assert ipython_to_python("%%time\nclass A:\n    pass\n") == "class A:\n    pass\n"
     assert "run_cell_magic('bash'" in ipython_to_python("%%bash\nls\n")
+    # `%%prun` with its options, and a magic under lines of spaces, which IPython drops (red-team round 37: both
+    # honest cells lost their points)
+    assert ipython_to_python("%%prun -s cumulative -q -l 1\nclass A:\n    pass\n") == "class A:\n    pass\n"
+    assert ipython_to_python("  \n\t\n%%time\nclass A:\n    pass\n") == "class A:\n    pass\n"
+    assert "run_cell_magic('timeit'" in ipython_to_python("%%timeit\nclass A:\n    pass\n")  # a namespace of its own
 
 
 def test_honest_code_is_never_refused_by_what_it_names():

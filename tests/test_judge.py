@@ -2143,6 +2143,28 @@ SWEPT_MISTAKES = {
         "        pre = pre.detach() if self.training else pre\n        post = gelu_new(pre)\n",
         SWEPT,
     ),
+    # mutation sweep 8: a module's forward's defaults
+    "an attention that is causal by default": (
+        "09_encoder_decoder",
+        "test_multi_head_attention",
+        "        causal: bool = False,\n",
+        "        causal: bool = True,\n",
+        "MultiHeadAttention's default for causal is True, where the notebook's signature gives False",
+    ),
+    "a filter that keeps two tokens by default": (
+        "07_sampling_and_kv_cache",
+        "test_top_p_filter",
+        '    logits: Float[Tensor, "batch d_vocab"], p: float, min_tokens_to_keep: int = 1\n',
+        '    logits: Float[Tensor, "batch d_vocab"], p: float, min_tokens_to_keep: int = 2\n',
+        "top_p_filter's default for min_tokens_to_keep is 2",
+    ),
+    "an attention of d_model // d_head heads": (  # mutation sweep 8: every shape apart by 1 to 5 had the same count
+        "03_attention",
+        "test_attention",
+        "        self.W_Q = nn.Parameter(torch.empty((cfg.n_heads, cfg.d_model, cfg.d_head)))\n",
+        "        self.W_Q = nn.Parameter(torch.empty((cfg.d_model // cfg.d_head, cfg.d_model, cfg.d_head)))\n",
+        "",
+    ),
     "a sampler whose temperature is required": (
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
