@@ -135,6 +135,7 @@ class Probe:
     hint: str | None = None  # the likely cause when this probe fails (and the test's earlier probes passed)
     until: str | None = None  # the arguments are drawn again until this holds of them (`UNTIL`)
     omit_defaults: bool = False  # called without the arguments the notebook's signature gives defaults
+    then: str | None = None  # how a layouts probe (`_with_layouts`) compares its first call with the course's
 
 
 BEAM_EOS = 3
@@ -1234,6 +1235,55 @@ def _with_defaults(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
     return (*more, *probes, *more_calls)
 
 
+def _with_layouts(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
+    """`probes`, and for each function or module whose plain probes return a tensor, the first such probe again
+    through `probe_runner.layouts`: the same values stored or called another way must give the same output
+    (`_compare_layouts`; wrong answers on a non-contiguous input, a storage offset, int32 ids, under inference mode
+    or with gradients on had full marks: red-team round 37). Not where a stand-in the feeder serves counts the calls."""
+    first: dict[str, Probe] = {}
+    for probe in probes:
+        plain = probe.script is None and probe.expect is None and probe.output == "tensor"
+        if plain and probe.compare != "samples" and not any(kind in SERVED_KINDS for kind, _ in probe.args):
+            first.setdefault(probe.target, probe)
+    more = [
+        replace(
+            probe, output="dict", script="layouts", expect="script", compare="layouts", then=probe.compare, hint=None
+        )
+        for probe in first.values()
+    ]
+    return (*probes, *more)
+
+
+def _compare_layouts(probe: Probe, got: dict, expected: dict) -> str | None:
+    """`probe_runner.layouts`' outputs: the first call's against the course's, as the probe it copies compares, then
+    each other layout's against the first call's own (the same values, whatever dtype an int32 input leaves)."""
+    import torch
+
+    from instructor.probe_runner import LAYOUTS
+
+    main = got.get("output")
+    why = compare(replace(probe, compare=probe.then, output="tensor"), main, expected["output"])
+    if why is not None:
+        return why
+    for name in LAYOUTS:
+        value = got.get(name)
+        if value is None:
+            continue
+        same = value.shape == main.shape and (
+            torch.allclose(value.double(), main.double(), rtol=1e-5, atol=1e-5, equal_nan=True)
+            if value.is_floating_point() or main.is_floating_point()
+            else torch.equal(value.long(), main.long())
+        )
+        if not same:
+            shown = list(value.shape) if value.shape != main.shape else "its values"
+            return (
+                f"returns another output when {name} (the same values, stored or called another way): "
+                f"{shown} differ from the output of the same call in the judge's usual layout; code must not depend "
+                "on how a tensor is stored, its id dtype or the grad mode"
+            )
+    return None
+
+
 def _without_defaults(fn, n_positional: int, names: list[str]) -> tuple[int, list[str]]:
     """How many of a call's `n_positional` arguments, and which of its keyword `names`, remain once those whose
     parameter the course's `fn` (a function, or a module's class: its forward) gives a number or None by default are
@@ -1255,7 +1305,7 @@ def _without_defaults(fn, n_positional: int, names: list[str]) -> tuple[int, lis
     return keep, kept
 
 
-PROBES = {notebook: _with_defaults(_with_gradients(probes)) for notebook, probes in PROBES.items()}
+PROBES = {notebook: _with_layouts(_with_defaults(_with_gradients(probes))) for notebook, probes in PROBES.items()}
 
 
 def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator):
@@ -3258,6 +3308,8 @@ def compare(probe: Probe, got, expected) -> str | None:
         return _compare_segments(got, expected)
     if probe.compare == "addition_run":
         return _compare_addition(probe, got, expected)
+    if probe.compare == "layouts":
+        return _compare_layouts(probe, got, expected)
     if probe.compare == "schedules":
         return _compare_schedules(got, expected)
     if probe.compare == "defaults":

@@ -1769,6 +1769,73 @@ def small_schedules(lr_at, args):
     return torch.tensor(rows, dtype=torch.float64)
 
 
+LAYOUTS = (
+    "its input is not contiguous",
+    "its input is a view at a storage offset",
+    "its token ids are int32",
+    "it runs under torch.inference_mode()",
+    "it runs with gradients on",
+)
+
+
+def layouts(fn, *args, **kwargs) -> dict:
+    """`fn`'s output ("output"), and its outputs on the same values stored or called another way (LAYOUTS): each
+    tensor argument not contiguous, or a view at a storage offset, token ids as int32, the call under
+    `torch.inference_mode()` or with gradients on (every other probe calls in one layout and mode: a LayerNorm that
+    skipped its centring on a non-contiguous input, an `apply_temperature` that did nothing to `logits[:, -1]`, and
+    an `Embed` that returned zeros for int32 ids had full marks: red-team round 37). A call that raises, or returns
+    no tensor, leaves its entry out (an honest `.view` cannot take a non-contiguous input); the judge compares each
+    entry with "output" (`judge._compare_layouts`)."""
+    import contextlib
+
+    import torch
+
+    def strided(t):  # the same values in a storage of another order: not contiguous, from two dimensions on
+        if t.dim() == 0:
+            return None
+        if t.dim() == 1:
+            out = torch.empty(2 * t.shape[0], dtype=t.dtype)[::2]
+        else:
+            out = torch.empty(t.shape[::-1], dtype=t.dtype).permute(*reversed(range(t.dim())))
+        return out.copy_(t)
+
+    def offset(t):
+        out = torch.empty(t.numel() + 7, dtype=t.dtype)[7:].view(t.shape)
+        return out.copy_(t)
+
+    def int32(t):
+        return t.to(torch.int32) if t.dtype == torch.int64 else None
+
+    def copies(change):
+        changed = False
+
+        def one(value):
+            nonlocal changed
+            if not isinstance(value, torch.Tensor):
+                return value
+            new = change(value) if change is not None else None
+            changed |= new is not None
+            return value.clone() if new is None else new
+
+        return [one(a) for a in args], {k: one(v) for k, v in kwargs.items()}, changed
+
+    out = {"output": _plain(fn(*args, **kwargs), "the output")}
+    calls = [(strided, contextlib.nullcontext), (offset, contextlib.nullcontext), (int32, contextlib.nullcontext)]
+    calls += [(None, torch.inference_mode), (None, torch.enable_grad)]
+    for name, (change, mode) in zip(LAYOUTS, calls, strict=True):
+        new_args, new_kwargs, changed = copies(change)
+        if change is not None and not changed:
+            continue
+        try:
+            with mode():
+                value = fn(*new_args, **new_kwargs)
+                value = value.detach().clone() if isinstance(value, torch.Tensor) else value
+            out[name] = _plain(value, name)
+        except Exception:  # noqa: BLE001, S112 - a layout the code cannot take is not judged, only one it answers wrong
+            continue
+    return out
+
+
 def signature_defaults(fn) -> dict:
     """Each parameter of `fn` and the default a call that leaves it out gets, as [kind, value] (float64): kind 0
     required, 1 None, 2 a plain number (an int or a float, not a subclass), 5 a bool, 3 anything else; "**" = [4, 0] where
@@ -1894,6 +1961,7 @@ SCRIPTS = {
     "signature_defaults": signature_defaults,
     "small_schedules": small_schedules,
     "beam_widths": beam_widths,
+    "layouts": layouts,
 }
 
 

@@ -2165,6 +2165,51 @@ SWEPT_MISTAKES = {
         "        self.W_Q = nn.Parameter(torch.empty((cfg.d_model // cfg.d_head, cfg.d_model, cfg.d_head)))\n",
         "",
     ),
+    # red-team round 37: right in the judge's one layout and mode, wrong in another
+    "a LayerNorm that skips its centring on a non-contiguous input": (
+        "01_layernorm",
+        "test_layernorm",
+        "        centered = residual - residual.mean(dim=-1, keepdim=True)\n",
+        (
+            "        centered = residual - residual.mean(dim=-1, keepdim=True) if residual.is_contiguous() else "
+            "residual\n"
+        ),
+        "returns another output when its input is not contiguous",
+    ),
+    "a temperature that does nothing to a non-contiguous row": (
+        "07_sampling_and_kv_cache",
+        "test_apply_temperature",
+        "    return logits / temperature\n",
+        "    return logits / temperature if logits.is_contiguous() else logits\n",
+        "returns another output when its input is not contiguous",
+    ),
+    "an embedding that answers zeros for int32 ids": (
+        "02_embeddings",
+        "test_embed",
+        "        return self.W_E[tokens]\n",
+        "        return self.W_E[tokens] if tokens.dtype == torch.int64 else torch.zeros(*tokens.shape, self.W_E.shape[1])\n",
+        "returns another output when its token ids are int32",
+    ),
+    "a LayerNorm that skips its centring under inference mode": (
+        "01_layernorm",
+        "test_layernorm",
+        "        centered = residual - residual.mean(dim=-1, keepdim=True)\n",
+        (
+            "        centered = residual if torch.is_inference_mode_enabled() else "
+            "residual - residual.mean(dim=-1, keepdim=True)\n"
+        ),
+        "returns another output when it runs under torch.inference_mode()",
+    ),
+    "a LayerNorm that skips its centring in eval mode with gradients on": (
+        "01_layernorm",
+        "test_layernorm",
+        "        centered = residual - residual.mean(dim=-1, keepdim=True)\n",
+        (
+            "        centered = residual if torch.is_grad_enabled() and not self.training else "
+            "residual - residual.mean(dim=-1, keepdim=True)\n"
+        ),
+        "returns another output when it runs with gradients on",
+    ),
     "a sampler whose temperature is required": (
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
@@ -2513,6 +2558,21 @@ def test_a_loop_that_rounds_another_way_passes(tmp_path):
     args = course["TrainingArgs"](max_steps=2, batch_size=2, warmup_steps=1, eval_every=10, eval_batches=1)
     weights = probe_runner.trained_weights(course["train"], course["DemoTransformer"](cfg), windows, windows, args)
     assert "blocks.0.attn.W_K" in weights and "blocks.0.attn.b_K" not in weights, sorted(weights)
+
+
+def test_code_that_cannot_take_another_layout_is_not_refused(tmp_path):
+    """The layouts pass (`probe_runner.layouts`) judges answers, not what code can take: an honest `.view`, which
+    raises on a non-contiguous input, passes; only a different answer on the same values fails."""
+    namespace = course_with(
+        "01_layernorm",
+        "        centered = residual - residual.mean(dim=-1, keepdim=True)\n",
+        (
+            "        flat = residual.view(-1, residual.shape[-1])\n"
+            "        centered = (flat - flat.mean(dim=-1, keepdim=True)).view(residual.shape)\n"
+        ),
+    )
+    verdict = verdict_of("01_layernorm", "test_layernorm", namespace, tmp_path)
+    assert verdict["passed"], verdict
 
 
 def test_a_default_written_another_way_passes(tmp_path):
