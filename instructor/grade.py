@@ -100,14 +100,15 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _visible(text: str) -> str:
-    """`text` with every control and format character written as its escape (`\x1b`, `\u202e`): a learner's
-    exception text reached the CSVs with terminal escapes that redraw the line as "agreed" in `cat` (red-team
-    round 36), and bidirectional overrides reorder what an editor shows."""
+    """`text` with every control, format, separator and unassigned character but the plain space written as its
+    escape (`\\x1b`, `\\u202e`, `\\u2028`): a learner's exception text reached the CSVs with terminal escapes that
+    redraw the line as "agreed" in `cat` (red-team round 36), and with line separators at which editors and
+    `splitlines` break a row, showing forged rows (round 38); bidirectional overrides reorder what an editor shows."""
     import unicodedata
 
     return "".join(
         (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-        if unicodedata.category(ch) in ("Cc", "Cf")
+        if ch != " " and unicodedata.category(ch)[0] in "CZ"
         else ch
         for ch in text
     )

@@ -1254,8 +1254,11 @@ def beam_widths(select_beams, seed: int) -> dict:
     for beams in range(1, 9):
         d_vocab = 12 + int(torch.randint(20, (), generator=gen))
         eos = int(torch.randint(d_vocab, (), generator=gen))
-        for design in ("plain", "ends_first", "last_step", "banned"):
+        for design in ("plain", "ends_first", "last_step", "banned", "one_token"):
             scores = torch.randn(beams, d_vocab, generator=gen) - 4
+            if design == "one_token":  # a vocabulary of one: fewer candidates than 2 * num_beams (a topk of
+                # 2 * num_beams raised there: mutation sweep 9)
+                scores = scores[:, :1]
             if design == "ends_first":
                 scores[:, eos] = scores.max() + 1 + torch.rand(beams, generator=gen)
             if design == "banned":

@@ -2139,6 +2139,8 @@ def test_csv_cells_a_spreadsheet_would_run_are_written_as_text():
     shown = _data_row({"reason": forged})["reason"]
     assert shown == "raised \\x1b[1A\\x1b[2K\\x0d\\x1b[32mjudge: agreed\\x1b[0m \\u202eright-to-left", shown
     assert _data_row({"reason": "\x1b=x"})["reason"] == "\\x1b=x"
+    # ... nor break a row where an editor or `splitlines` would: line and paragraph separators (round 38)
+    assert _data_row({"reason": "a\u2028b\u2029c\u00a0d e"})["reason"] == "a\\u2028b\\u2029c\\xa0d e"
 
 
 @pytest.mark.parametrize(("auto", "score"), [(1e9, 2.0), (-5.0, 0.0), (float("nan"), 0.0), (0.5, 0.5)])

@@ -193,7 +193,8 @@ def test_every_job_gets_fresh_inputs_and_weights(tmp_path):
     b = probe_runner.load_request(str(second.folder))["tensors"]
     twin = f"p{judge.TWIN}"  # the same probe on the job's second GPT-2 shape
     tiny = f"p{judge.TINY}"  # ... and on its third, of sizes of one
-    made = {f"{probe}.{key}" for probe in ("p0", "p1", twin, tiny) for key in ("in0", "w.w", "w.b")}  # p1: gradient
+    layouts = next(name for name, probe in first.probes.items() if probe.script == "layouts")  # p0 another way
+    made = {f"{probe}.{key}" for probe in ("p0", "p1", twin, tiny, layouts) for key in ("in0", "w.w", "w.b")}
     assert a.keys() == b.keys() == made
     for key in a:
         assert a[key].shape != b[key].shape or not torch.equal(a[key], b[key]), key
@@ -2088,13 +2089,6 @@ SWEPT_MISTAKES = {
         "            continue\n        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)",
         "or fewer once every row has emitted eos_token_id): ",
     ),
-    "a causal mask that fills with -inf whatever `ignore` is": (
-        "03_attention",
-        "test_apply_causal_mask",
-        "    return attn_scores.masked_fill(future, ignore)\n",
-        '    return attn_scores.masked_fill(future, float("-inf"))\n',
-        SWEPT,
-    ),
     "a causal mask by arithmetic (NaN where ignore is -inf)": (
         "03_attention",
         "test_apply_causal_mask",
@@ -2209,6 +2203,35 @@ SWEPT_MISTAKES = {
             "residual - residual.mean(dim=-1, keepdim=True)\n"
         ),
         "returns another output when it runs with gradients on",
+    ),
+    # mutation sweep 9
+    "a masked loss through softmax then log": (
+        "06_training",
+        "test_masked_lm_loss",
+        "    log_probs = logits[:, :-1].log_softmax(dim=-1)\n",
+        "    log_probs = logits[:, :-1].softmax(dim=-1).log()\n",
+        "returned inf",
+    ),
+    "a select_beams that asks for 2 * num_beams candidates whatever there are": (
+        "07_sampling_and_kv_cache",
+        "test_select_beams",
+        "top = scores.flatten().topk(min(2 * num_beams, scores.numel()))",
+        "top = scores.flatten().topk(2 * num_beams)",
+        "raised RuntimeError",
+    ),
+    "a sinusoid squeezed at one position": (
+        "02_embeddings",
+        "test_sinusoidal",
+        '"two n_ctx half -> n_ctx (half two)")\n',
+        '"two n_ctx half -> n_ctx (half two)").squeeze()\n',
+        "has shape",
+    ),
+    "a greedy temperature squeezed at one row": (
+        "07_sampling_and_kv_cache",
+        "test_apply_temperature",
+        '        return torch.full_like(logits, float("-inf")).scatter(-1, best, logits.gather(-1, best))\n',
+        '        return torch.full_like(logits, float("-inf")).scatter(-1, best, logits.gather(-1, best)).squeeze()\n',
+        "has shape",
     ),
     "a sampler whose temperature is required": (
         "07_sampling_and_kv_cache",
@@ -3173,7 +3196,8 @@ def test_arguments_the_check_passes_by_keyword_go_by_keyword(tmp_path):
     assert verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "a")["passed"]
     namespace = course_with("09_encoder_decoder", old, "pad_id: int, smoothing: float = 0.0")
     verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "b")
-    assert not verdict["passed"] and "unexpected keyword argument 'label_smoothing'" in verdict["message"], verdict
+    named = ("unexpected keyword argument 'label_smoothing'", "seq2seq_loss has no parameter label_smoothing")
+    assert not verdict["passed"] and any(n in verdict["message"] for n in named), verdict
 
 
 # A library's implementation reached by any name (issue #20): the probe runner records the operators and Python
@@ -3284,7 +3308,7 @@ if os.fork() == 0:  # as the sandbox's probe child: what it takes out and withdr
     except RuntimeError as err:
         print("REFUSED", err, flush=True)
         os._exit(3)
-    run(request, namespace, timeout=10, deadline=time.monotonic() + 60)
+    run(request, namespace, timeout=30, deadline=time.monotonic() + 120)
     os._exit(0)
 if os.waitstatus_to_exitcode(os.wait()[1]) == 3:
     sys.exit(0)
