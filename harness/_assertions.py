@@ -17,10 +17,10 @@ def fail(message: str) -> NoReturn:
 
 def defaults_as_given(fn, notebook: str, target: str, name: str) -> None:
     """Fail unless `fn` gives each parameter that the notebook's signature of `target` gives a number or None by
-    default the same default: the notebook's own calls that leave the argument out rely on it, and a check that
-    passes every argument never sees it. A parameter `fn` does not name, where it takes `**kwargs`, and a default
-    that is None where the notebook's is a number (a sentinel for it) or another object, are left to the rest of
-    the check."""
+    default the same default, where it gives a plain number: the notebook's own calls that leave the argument out
+    rely on it, and a check that passes every argument never sees it. A parameter `fn` does not name or gives no
+    default, and a default that is None where the notebook's is a number (a sentinel for it) or another object, are
+    left to the rest of the check (the judge is stricter: docs/grading.md)."""
     import inspect
     import numbers
 
@@ -34,21 +34,18 @@ def defaults_as_given(fn, notebook: str, target: str, name: str) -> None:
         theirs = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or an object inspect cannot read: the calls judge it
         return
-    takes_keywords = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in theirs.values())
     for key, param in given.items():
         if param.default is inspect.Parameter.empty or not plain(param.default):
             continue
-        if key not in theirs:
-            if not takes_keywords:
-                fail(f"{name} has no parameter {key}: the notebook's signature gives it, default {param.default!r}.")
+        if key not in theirs:  # a function without the parameter, or one that takes it as **kwargs: the calls judge
             continue
         got = theirs[key].default
-        # a None standing for the notebook's number, or an object (a tensor): the calls below judge what it does
-        readable = got is inspect.Parameter.empty or (type(got) in (int, float, bool)) or param.default is None
+        # a plain number is compared; a None standing for the notebook's number, an object (a tensor) or no default
+        # at all is left to the calls below
+        readable = type(got) in (int, float, bool) or (param.default is None and got is not inspect.Parameter.empty)
         if readable and not (got is None if param.default is None else got is not None and got == param.default):
-            shown = "none (the argument is required)" if got is inspect.Parameter.empty else repr(got)
             fail(
-                f"{name}'s default for {key} is {shown}, where the notebook's signature gives {param.default!r}: "
+                f"{name}'s default for {key} is {got!r}, where the notebook's signature gives {param.default!r}: "
                 f"the notebook's own calls that leave {key} out rely on it; keep the signature's defaults as given."
             )
 

@@ -1234,7 +1234,6 @@ def _penalised(table: Tensor, prompt: Tensor, new: list[int], length_penalty: fl
 def beam_search_test(beam_search) -> None:
     """Checks `beam_search(model, tokens [1 pos], num_beams, max_new_tokens, no_repeat_ngram_size=0, eos_token_id)`."""
     name = _name(beam_search, "beam_search")
-    defaults_as_given(beam_search, "07_sampling_and_kv_cache", "beam_search", name)
     eos = 4
     model = ScriptedLM(_trap_table())
     prompt = torch.tensor([[0]])

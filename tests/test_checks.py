@@ -769,7 +769,6 @@ DEFAULT_MISTAKES = {
     "a causal mask that fills with -5e4 by default": lambda ns: harness.causal_mask_test(ns["apply_causal_mask"]),
     "a reversal floor whose default length is 32": lambda ns: harness.reversal_floor_test(ns["reversal_loss_floor"]),
     "a sampler that penalises repeats by default": lambda ns: harness.sample_next_token_test(ns["sample_next_token"]),
-    "a sampler whose temperature is required": lambda ns: harness.sample_next_token_test(ns["sample_next_token"]),
 }
 
 
