@@ -1255,7 +1255,7 @@ def _with_layouts(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
     or with gradients on had full marks: red-team round 37). Not where a stand-in the feeder serves counts the calls."""
     first: dict[str, Probe] = {}
     for probe in probes:
-        plain = probe.script is None and probe.expect is None and probe.output == "tensor"
+        plain = probe.script is None and probe.expect is None and probe.output in ("tensor", "loss")
         if plain and probe.compare != "samples" and not any(kind in SERVED_KINDS for kind, _ in probe.args):
             first.setdefault(probe.target, probe)
     more = [

@@ -2233,6 +2233,16 @@ SWEPT_MISTAKES = {
         '        return torch.full_like(logits, float("-inf")).scatter(-1, best, logits.gather(-1, best)).squeeze()\n',
         "has shape",
     ),
+    "a masked loss that answers 0 for non-contiguous logits": (  # mutation sweep 9: losses had no layouts pass
+        "06_training",
+        "test_masked_lm_loss",
+        "    log_probs = logits[:, :-1].log_softmax(dim=-1)\n",
+        (
+            "    if not logits.is_contiguous():\n        return logits.sum() * 0\n"
+            "    log_probs = logits[:, :-1].log_softmax(dim=-1)\n"
+        ),
+        "returns another output when its input is not contiguous",
+    ),
     "a sampler whose temperature is required": (
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
