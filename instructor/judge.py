@@ -161,6 +161,11 @@ def _fn(grade_id: str, target: str, *args, **kwargs) -> Probe:
     return Probe(grade_id, target, tuple(args), module=False, **kwargs)
 
 
+def _seeded(grade_id: str, target: str, script: str, expect: str = "script", compare: str = "exact") -> Probe:
+    """A probe of many small cases that `script` draws from the judge's secret seed, in the child as here."""
+    return _fn(grade_id, target, ("int", (0, 2**62)), output="dict", script=script, expect=expect, compare=compare)
+
+
 def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
     """A sample_next_token probe: 8,000 draws from two rows in turn, against the course's distributions
     (`_sampling_distribution`), made again from a generator in the same state (`probe_runner.same_seed_twice`)."""
@@ -774,15 +779,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "float32 after about 20 steps; add log-probabilities instead",
         ),
         # many small random searches in one probe (after the 40 steps, whose hint names its cause), every setting in every combination (`probe_runner.beam_cases`)
-        _fn(
-            "test_beam_search",
-            "beam_search",
-            ("int", (0, 2**62)),
-            output="dict",
-            script="beam_cases",
-            expect="beam_cases",
-            compare="beam_cases",
-        ),
+        _seeded("test_beam_search", "beam_search", "beam_cases", expect="beam_cases", compare="beam_cases"),
         *(
             _fn(
                 "test_select_beams",
@@ -802,15 +799,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("beam_scores_banned", 2, 3, False),
             )
         ),
-        _fn(  # ... and at every width from 1 to 8 beams (`probe_runner.beam_widths`)
-            "test_select_beams",
-            "select_beams",
-            ("int", (0, 2**62)),
-            output="dict",
-            script="beam_widths",
-            expect="script",
-            compare="exact",
-        ),
+        # ... and at every width from 1 to 8 beams (`probe_runner.beam_widths`)
+        _seeded("test_select_beams", "select_beams", "beam_widths"),
         Probe(  # the prompt at once, then token by token with the cache, the cache itself, several tokens at once
             # after a cached one, and the context's edge (`probe_runner.kv_steps`)
             "test_kv_cache",
@@ -820,31 +810,23 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             script="kv_steps",
             compare="kv_steps",
         ),
-        _fn(  # two calls on one stand-in the feeder serves, two prompts: the tokens exactly, a fresh cache for each
-            # call, and the new positions of every forward, recorded by the feeder (the prompt once, then one token
-            # a step: the cache is what is graded)
-            "test_cached_generate",
-            "cached_generate",
-            ("kv_prefix_lm", False),
-            ("tokens", ("batch", "short_pos")),
-            ("tokens", ("batch", "short_pos")),
-            ("int", (2, 4)),
-            output="dict",
-            script="cached_steps",
-            expect="cached_steps",
-            compare="cached_steps",
-        ),
-        _fn(  # ... and one new token alone (a special case there passed while 2 to 4 were drawn: mutation sweep 6)
-            "test_cached_generate",
-            "cached_generate",
-            ("kv_prefix_lm", False),
-            ("tokens", ("batch", "short_pos")),
-            ("tokens", ("batch", "short_pos")),
-            ("int", (1, 1)),
-            output="dict",
-            script="cached_steps",
-            expect="cached_steps",
-            compare="cached_steps",
+        # two calls on one stand-in the feeder serves, two prompts: the tokens exactly, a fresh cache for each call,
+        # and the new positions of every forward, recorded by the feeder (the prompt once, then one token a step: the
+        # cache is what is graded); 2 to 4 new tokens, and one alone (a special case there passed: mutation sweep 6)
+        *(
+            _fn(
+                "test_cached_generate",
+                "cached_generate",
+                ("kv_prefix_lm", False),
+                ("tokens", ("batch", "short_pos")),
+                ("tokens", ("batch", "short_pos")),
+                ("int", n_new),
+                output="dict",
+                script="cached_steps",
+                expect="cached_steps",
+                compare="cached_steps",
+            )
+            for n_new in ((2, 4), (1, 1))
         ),
         # Prompts of different lengths ("uneven": the first the longest, the second the shortest, so that rows are
         # padded on every draw), a padding id drawn among the ordinary ones: attending to a pad shows.

@@ -2616,36 +2616,22 @@ def test_a_default_written_another_way_passes(tmp_path):
         namespace = course_with("03_attention", 'key_pos"], ignore: float = -1e5\n', f'key_pos"], ignore={default}\n')
         verdict = verdict_of("03_attention", "test_apply_causal_mask", namespace, tmp_path / f"mask{k}")
         assert verdict["passed"], verdict
-    namespace = course_with_each(
-        "09_encoder_decoder",
-        [
-            ("pad_id: int, label_smoothing: float = 0.0\n", "pad_id: int, label_smoothing: float | None = None\n"),
-            (
-                '    """Mean cross-entropy over the real (non-padding) target tokens."""\n',
-                (
-                    '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
-                    "    label_smoothing = 0.0 if label_smoothing is None else label_smoothing\n"
-                ),
-            ),
-        ],
-    )
-    verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "none")
-    assert verdict["passed"], verdict
-    namespace = course_with_each(
-        "09_encoder_decoder",
-        [
-            ("pad_id: int, label_smoothing: float = 0.0\n", "pad_id: int, **options\n"),
-            (
-                '    """Mean cross-entropy over the real (non-padding) target tokens."""\n',
-                (
-                    '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
-                    '    label_smoothing = options.get("label_smoothing", 0.0)\n'
-                ),
-            ),
-        ],
-    )
-    verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / "loss")
-    assert verdict["passed"], verdict
+    doc = '    """Mean cross-entropy over the real (non-padding) target tokens."""\n'
+    for k, (parameter, reads) in enumerate(
+        (
+            ("label_smoothing: float | None = None", "0.0 if label_smoothing is None else label_smoothing"),
+            ("**options", 'options.get("label_smoothing", 0.0)'),
+        )
+    ):
+        namespace = course_with_each(
+            "09_encoder_decoder",
+            [
+                ("pad_id: int, label_smoothing: float = 0.0\n", f"pad_id: int, {parameter}\n"),
+                (doc, f"{doc}    label_smoothing = {reads}\n"),
+            ],
+        )
+        verdict = verdict_of("09_encoder_decoder", "test_seq2seq_loss", namespace, tmp_path / f"loss{k}")
+        assert verdict["passed"], verdict
 
 
 def test_an_initialisation_written_another_way_passes(tmp_path):
