@@ -548,6 +548,88 @@ def _processed(logits, tokens, temperature, top_k, top_p, penalty, order=("penal
     return x
 
 
+def _binomial_tails(counts: Tensor, n: int, p: Tensor) -> tuple[Tensor, Tensor]:
+    """P(X >= count) and P(X <= count) for X ~ Binomial(n, p), exactly (in float64), entry by entry."""
+    p = p.double().clamp(0.0, 1.0)[:, None]
+    k = torch.arange(n + 1, dtype=torch.float64)[None, :]
+    log_pmf = (
+        math.lgamma(n + 1)
+        - torch.lgamma(k + 1)
+        - torch.lgamma(n - k + 1)
+        + torch.xlogy(k, p)
+        + torch.xlogy(n - k, 1 - p)
+    )
+    pmf, at = log_pmf.exp(), counts.long()[:, None]
+    return pmf.flip(-1).cumsum(-1).flip(-1).gather(-1, at)[:, 0], pmf.cumsum(-1).gather(-1, at)[:, 0]
+
+
+PAIR_CELLS = 8  # a pair of draws falls in one cell of a PAIR_CELLS x PAIR_CELLS grid
+
+
+def _dependent_draws(
+    draws: Tensor, probs: Tensor, calls, rare: float, followed: bool = True, kinds: Tensor | None = None
+) -> str | None:
+    """What shows that draws are not drawn independently of each other, if anything does.
+
+    `draws` [N] are token ids, `probs` [N d_vocab] the distribution each was due to come from, `calls` the sizes of
+    the calls that made them, in order. Each draw becomes a number in [0, 1): its token's place in the cumulative
+    distribution, plus a uniform share of the token's own probability (a fixed seed): draws that follow their
+    distributions independently give independent uniform numbers, whatever the distributions. Pairs of rows 1, 2 or
+    3 apart in one call, each row in one pair, then fall in each cell of an 8 x 8 grid with probability 1/64; a cell
+    whose count lies beyond its binomial tail `rare` shows that rows depend on each other (a sampler drawing every
+    row from one random number, or from numbers a fixed step apart, follows each row's distribution and still does
+    this). Where the draws do not follow their distributions (`followed=False`), a cell's expectation is the product
+    of the grid's observed margins instead, pairs of each two `kinds` of rows (which distribution each row draws
+    from) apart, so that only dependence is judged."""
+    generator = torch.Generator().manual_seed(20261127)
+    draws = draws.long().clamp(0, probs.shape[-1] - 1)
+    cdf = probs.double().cumsum(-1)
+    own = probs.double().gather(-1, draws[:, None])[:, 0]
+    u = (
+        cdf.gather(-1, draws[:, None])[:, 0]
+        - own
+        + own * torch.rand(len(draws), dtype=torch.float64, generator=generator)
+    )
+    cell = (u * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
+    starts = torch.tensor([0, *itertools.accumulate(calls)][:-1])
+    for lag in (1, 2, 3):
+        for offset in (0, lag):
+            first = [
+                int(start) + i
+                for start, size in zip(starts.tolist(), calls)
+                for i in range(offset, size - lag)
+                if (i - offset) % (2 * lag) < lag
+            ]
+            if len(first) < 8 * PAIR_CELLS**2:
+                continue
+            a, b = cell[first], cell[[i + lag for i in first]]
+            counts = torch.bincount(a * PAIR_CELLS + b, minlength=PAIR_CELLS**2)
+            n = len(first)
+            if followed:
+                p = torch.full((PAIR_CELLS**2,), 1 / PAIR_CELLS**2, dtype=torch.float64)
+            else:
+                kind = torch.zeros(len(draws), dtype=torch.long) if kinds is None else kinds.long()
+                pair = kind[first] * (int(kind.max()) + 1) + kind[[i + lag for i in first]]
+                p = torch.zeros(PAIR_CELLS**2, dtype=torch.float64)
+                for t in pair.unique():  # pairs of one kind: independent draws give the product of their margins
+                    mine = pair == t
+                    rows = torch.bincount(a[mine], minlength=PAIR_CELLS).double()
+                    cols = torch.bincount(b[mine], minlength=PAIR_CELLS).double() / int(mine.sum())
+                    p += (rows[:, None] * cols[None, :]).flatten() / n
+            above, below = _binomial_tails(counts, n, p)
+            off = torch.minimum(above, below)
+            if bool((off < rare).any()):
+                worst = int(off.argmin())
+                return (
+                    f"its draws are not independent of each other: of {n} pairs of rows {lag} apart in one call, "
+                    f"{int(counts[worst])} fell in a cell of the grid where independent draws put about "
+                    f"{n * float(p[worst]):.0f} (each draw placed by its token's share of the cumulative distribution, "
+                    f"{PAIR_CELLS} x {PAIR_CELLS} cells). Rows that share one random number, or take numbers a fixed "
+                    "step apart, do this: draw every row on its own (torch.multinomial with the generator)"
+                )
+    return None
+
+
 def sample_next_token_test(sample_next_token) -> None:
     """Checks `sample_next_token(logits, tokens, temperature, top_k, top_p, frequency_penalty, generator)`.
 
@@ -633,6 +715,9 @@ def sample_next_token_test(sample_next_token) -> None:
             f"{name}: the frequencies of {n} draws per row differ from the probabilities after penalty, temperature, "
             f"top-k and top-p (total-variation distances {[round(d, 3) for d in distances]}, tolerance 0.06)."
         )
+    why = _dependent_draws(first, expected.repeat_interleave(n, 0), (len(first),), 1e-12)
+    if why is not None:
+        fail(f"{name}: each row's draws follow its distribution, but {why}.")
     greedy = draw(0, temperature=0.0, top_k=None, top_p=None)
     want = (rows - 0.6 * _counts(history, 12)).argmax(-1).repeat_interleave(n)
     if not torch.equal(greedy, want):
@@ -645,7 +730,10 @@ def sample_next_token_test(sample_next_token) -> None:
             f"{name} with frequency_penalty=-0.6 at temperature 0 did not return each row's argmax after subtracting "
             "-0.6 * count (a negative penalty raises repeated tokens); the positive penalty was right."
         )
-    print(f"{name} passed: {3 * n} draws match the processed distributions (TV <= 0.06); temperature 0 is greedy.")
+    print(
+        f"{name} passed: {3 * n} draws match the processed distributions (TV <= 0.06) and are independent of each "
+        "other; temperature 0 is greedy."
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -819,6 +907,9 @@ def _generate_samples(generate, name: str, model: ScriptedLM, eos: int, n: int =
     counts = torch.bincount(out[:, -1].long().clamp(0, len(probs) - 1), minlength=len(probs)).double()
     mean, spread = n * probs, (n * probs * (1 - probs)).sqrt()
     if not ((counts - mean).abs() > 6 * spread + 2).any():
+        why = _dependent_draws(out[:, -1], probs.expand(n, -1), (n,), 1e-12)
+        if why is not None:
+            fail(f"{name} with temperature 1: the new tokens follow softmax(logits), but {why}.")
         return
     top = int(probs.argmax())
     if counts[top] == n:

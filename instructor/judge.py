@@ -2662,6 +2662,8 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
 
     import torch
 
+    from harness.sampling_checks import _dependent_draws
+
     if (got < 0).any() or (got >= probs.shape[-1]).any():
         return "drew token ids outside the vocabulary"
     # each call's generator is seeded apart (`probe_runner._chunk`): calls of the same size that all draw alike
@@ -2679,6 +2681,11 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
             "a generator seeded apart, all drew alike (draw with the `generator` it is given, not one of its own)"
         )
     why = _rows_off(got, probs, SAMPLE_CALLS)
+    rows = probs.reshape(-1, probs.shape[-1])
+    kinds = torch.cat([torch.arange(n) for n in SAMPLE_CALLS]) % len(rows)  # which row each draw is of
+    dependent = _dependent_draws(got, rows[kinds], SAMPLE_CALLS, SAMPLE_TAIL, followed=why is None, kinds=kinds)
+    if dependent is not None:  # rows that share their randomness may miss the distribution too: the cause leads
+        return dependent
     if why is None:
         return None
     for mistake, other in (alternatives or {}).items():
@@ -2715,25 +2722,15 @@ def _samples_off(got, probs) -> str | None:
     on tokens expected a fraction of a time, once in about 1,800 jobs of 07)."""
     import torch
 
+    from harness.sampling_checks import _binomial_tails
+
     counts = torch.bincount(got.long(), minlength=probs.numel())
     n = got.numel()
     banned = (probs == 0) & (counts > 0)
     if banned.any():
         token = int(banned.nonzero()[0])
         return f"drew token {token} {int(counts[token])} times in {n} draws, where the course's filters remove it"
-    p = probs.double().clamp(0.0, 1.0)[:, None]
-    k = torch.arange(n + 1, dtype=torch.float64)[None, :]
-    log_pmf = (
-        math.lgamma(n + 1)
-        - torch.lgamma(k + 1)
-        - torch.lgamma(n - k + 1)
-        + torch.xlogy(k, p)
-        + torch.xlogy(n - k, 1 - p)
-    )
-    pmf = log_pmf.exp()
-    at = counts.long()[:, None]
-    above = pmf.flip(-1).cumsum(-1).flip(-1).gather(-1, at)[:, 0]  # P(X >= count)
-    below = pmf.cumsum(-1).gather(-1, at)[:, 0]  # P(X <= count)
+    above, below = _binomial_tails(counts, n, probs)
     off = (above < SAMPLE_TAIL) | (below < SAMPLE_TAIL)
     if off.any():
         mean = n * probs.double()

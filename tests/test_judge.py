@@ -333,6 +333,7 @@ def test_a_layernorm_with_the_wrong_epsilon_fails(mistake, tmp_path):
     assert judge.verdicts(run(LN, learner(RIGHT_LN), tmp_path / "right"))["test_layernorm"]["passed"]
 
 
+DEPENDENT = "not independent of each other"  # rows that share their randomness (below)
 MISTAKES = [
     (
         "06_training",
@@ -484,7 +485,7 @@ MISTAKES = [
             "    u = (torch.arange(cdf.shape[0], dtype=cdf.dtype) + torch.rand((), generator=generator)) / cdf.shape[0]\n"
             "    return torch.searchsorted(cdf, (u[:, None] * cdf[:, -1:]).contiguous()).clamp(max=cdf.shape[-1] - 1)[:, 0]\n"
         ),
-        "first half",
+        ("first half", DEPENDENT),
     ),
     (  # generate's sibling: every row's new token drawn from the first prompt's distribution
         "07_sampling_and_kv_cache",
@@ -1404,6 +1405,48 @@ MISTAKES += [
         "return attn_scores.masked_fill(future, ignore)",
         "return attn_scores.detach().masked_fill(future, ignore) + 0 * attn_scores.sum()",
         "gets back (backward through it)",
+    ),
+]
+
+# Rows whose draws follow their distributions one by one but not independently of each other (red-team round 39:
+# a sampler inverting each row's CDF at frac(u + i * golden ratio) from one uniform u a call had full marks; sweep 10:
+# rows in pairs sharing one uniform). Each row's own counts are right; pairs of rows are judged too.
+SHARED_DRAW = "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n"
+MISTAKES += [
+    (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        SHARED_DRAW,
+        (
+            "    probs = logits.softmax(dim=-1)\n"
+            "    u = (torch.rand(1, generator=generator) + torch.arange(len(probs))[:, None] * 0.6180339887) % 1\n"
+            "    return (probs.cumsum(dim=-1) < u).sum(dim=-1).clamp(max=probs.shape[-1] - 1)\n"
+        ),
+        DEPENDENT,
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        SHARED_DRAW,
+        (
+            "    u = torch.rand(logits.shape[0], 1, generator=generator)\n"
+            "    u = torch.where(torch.arange(len(u))[:, None] % 2 == 1, u.roll(1, 0), u)\n"
+            "    probs = logits.softmax(dim=-1)\n"
+            "    return (probs.cumsum(dim=-1) < u).sum(dim=-1).clamp(max=probs.shape[-1] - 1)\n"
+        ),
+        DEPENDENT,
+    ),
+    (  # antithetic pairs: row 2k + 1 draws at 1 - u of row 2k
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        SHARED_DRAW,
+        (
+            "    u = torch.rand((logits.shape[0] + 1) // 2, 1, generator=generator)\n"
+            "    u = torch.cat([u, 1 - u], dim=1).reshape(-1, 1)[: logits.shape[0]]\n"
+            "    probs = logits.softmax(dim=-1)\n"
+            "    return (probs.cumsum(dim=-1) < u).sum(dim=-1).clamp(max=probs.shape[-1] - 1)\n"
+        ),
+        DEPENDENT,
     ),
 ]
 
