@@ -108,7 +108,7 @@ class Probe:
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
     "strided_float", "tokens", "softmax", "logits", "fine_logits", "soft_logits", "peaked_logits", "graded_logits",
     "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens", "row_tokens",
-    "ngram_tokens", "special_free_tokens", "padded_tokens" with a shape of dimension names: "batch", "pos",
+    "ngram_tokens", "source_ids", "target_in", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
@@ -1016,10 +1016,11 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             (("float", (1, "pos", "d_model")), ("float", (1, "src", "d_model")), ("none", None), ("bool", False)),
             config="encdec",
         ),
+        Probe("test_shared_embedding", "SharedEmbedding", (("target_in", ("batch", "pos")),), config="encdec"),
         Probe(  # forward and the tied output layer, unembed
             "test_shared_embedding",
             "SharedEmbedding",
-            (("special_free_tokens", ("batch", "pos")), DEC_Y),
+            (("target_in", ("batch", "pos")), DEC_Y),
             config="encdec",
             output="dict",
             script="embed_and_unembed",
@@ -1041,10 +1042,23 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             (DEC_Y, ENC_X, ("padding", ("batch", "pos")), ("padding", ("batch", "src"))),
             config="encdec",
         ),
+        Probe(  # a source as long as the target: cross-attention is still not causal (a layer that made it causal
+            # when the lengths matched passed while they never did: mutation sweep 10)
+            "test_decoder_layer",
+            "DecoderLayer",
+            (DEC_Y, DEC_Y, ("padding", ("batch", "pos")), ("padding", ("batch", "pos"))),
+            config="encdec",
+        ),
         Probe(
             "test_encoder_decoder",
             "EncoderDecoder",
-            (("special_free_tokens", ("batch", "src")), ("special_free_tokens", ("batch", "pos"))),
+            (("source_ids", ("batch", "src")), ("target_in", ("batch", "pos"))),
+            config="encdec",
+        ),
+        Probe(
+            "test_encoder_decoder",
+            "EncoderDecoder",
+            (("source_ids", ("batch", "pos")), ("target_in", ("batch", "pos"))),
             config="encdec",
         ),
         Probe(  # right-padded sources and targets, a pad id drawn among the ordinary ones; then two more padding
@@ -1642,9 +1656,15 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         padding = _random_input("padding", shape, cfg, gen)
         padding[0, -1] = shape[-1] > 1
         return tokens.masked_fill(padding, cfg["pad_id"])
-    if kind == "special_free_tokens":  # no padding, BOS or EOS id
-        ordinary = torch.tensor(_ordinary_ids(cfg))
-        return ordinary[torch.randint(0, len(ordinary), shape, generator=gen)]
+    if kind in ("source_ids", "target_in"):  # every id but padding, an EOS in each row, and BOS first in a target
+        # (as make_batch's tgt_in): the model reads BOS and EOS as it reads any token (a decoder that masked BOS as
+        # padding, an encoder that masked EOS, passed while no input held either: mutation sweep 10)
+        ids = torch.tensor([t for t in range(cfg["d_vocab"]) if t != cfg["pad_id"]])
+        tokens = ids[torch.randint(0, len(ids), shape, generator=gen)]
+        tokens[torch.arange(shape[0]), torch.randint(0, shape[1], (shape[0],), generator=gen)] = cfg["eos_id"]
+        if kind == "target_in":
+            tokens[:, 0] = cfg["bos_id"]
+        return tokens
     if kind == "padded_tokens":  # then padding at the end of some rows (never a whole row)
         ordinary = torch.tensor(_ordinary_ids(cfg))
         tokens = ordinary[torch.randint(0, len(ordinary), shape, generator=gen)]

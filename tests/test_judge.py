@@ -1450,6 +1450,43 @@ MISTAKES += [
     ),
 ]
 
+# 09's model read BOS and EOS only where no probe put them, and cross-attention only between lengths that differed
+# (mutation sweep 10): the probes now give every id but padding, BOS first in a target as make_batch writes it, and
+# a source as long as the target.
+MISTAKES += [
+    (
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "        src_padding, tgt_padding = src == self.cfg.pad_id, tgt_in == self.cfg.pad_id",
+        (
+            "        src_padding, tgt_padding = src == self.cfg.pad_id, (tgt_in == self.cfg.pad_id) | (tgt_in == "
+            "self.cfg.bos_id)"
+        ),
+        ("NaN", "differs from the course's"),
+    ),
+    (
+        "09_encoder_decoder",
+        "test_encoder_decoder",
+        "        src_padding = src == self.cfg.pad_id  # [batch src], True = masked out",
+        "        src_padding = (src == self.cfg.pad_id) | (src == self.cfg.eos_id)  # [batch src], True = masked out",
+        "differs from the course's",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_decoder_layer",
+        "        y = self.ln2(y + self.cross_attn(y, memory, src_padding))  # queries from y, keys and values from memory",
+        "        y = self.ln2(y + self.cross_attn(y, memory, src_padding, causal=memory.shape[1] == y.shape[1]))",
+        "differs from the course's",
+    ),
+    (
+        "09_encoder_decoder",
+        "test_shared_embedding",
+        "        return self.W_E[tokens] * math.sqrt(self.cfg.d_model) + self.pe[:pos]  # [batch pos d_model]\n",
+        "        return (self.W_E[tokens] * math.sqrt(self.cfg.d_model) + self.pe[:pos]).detach()\n",
+        NO_GRADIENT,
+    ),
+]
+
 
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
