@@ -507,6 +507,19 @@ def _far_from_uniform(counts: list[int], k: int, rare: float = 1e-9):
     return None
 
 
+def _repeats_off(segments: list[list[int]], k: int, rare: float = 1e-9) -> tuple[int, float, int] | None:
+    """(rows whose segment repeats a token, how many independent uniform draws from k ids make that on average, rows)
+    where the count is further from that than such draws put it with probability `rare` (Hoeffding's bound, both
+    sides: rows are independent, each with its own chance of a repeat), or None. A segment drawn without
+    replacement (a permutation, a shuffle) never repeats one. The judge uses it too."""
+    chances = [1 - math.prod(1 - i / k for i in range(len(segment))) for segment in segments]
+    count = sum(len(set(segment)) < len(segment) for segment in segments)
+    mean = sum(chances)
+    if abs(count - mean) > math.sqrt(len(segments) * math.log(2 / rare) / 2):
+        return count, mean, len(segments)
+    return None
+
+
 def repeated_segments_test(repeated_segments) -> None:
     """Checks `repeated_segments(batch, n_ctx, d_vocab, min_period, max_period, generator) -> (tokens, periods)`."""
     name = _name(repeated_segments, "repeated_segments")
@@ -582,6 +595,14 @@ def repeated_segments_test(repeated_segments) -> None:
                     f"values give about {total / k:.0f}: every {what} in its range must be equally likely "
                     "(rounding a scaled torch.rand, for one, draws the two ends of the range half as often)."
                 )
+        odd = _repeats_off([body[row, : int(periods[row])].tolist() for row in range(batch)], d_vocab - 1)
+        if odd is not None:
+            count, mean, rows = odd
+            fail(
+                f"{name}: {count} of {rows} rows have a segment that repeats a token, where independent draws of each "
+                f"token give about {mean:.0f} (a segment drawn without replacement, by torch.randperm or a shuffle, "
+                "never repeats one): draw every token of a segment on its own, e.g. with torch.randint."
+            )
         again = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(0), what=call_text)
         other = call(repeated_segments, batch, n_ctx, d_vocab, lo, hi, torch.Generator().manual_seed(1), what=call_text)
         if not torch.equal(again[0], tokens):

@@ -2770,6 +2770,8 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
     tokens are equal about as often as independent draws make them (a constant segment is not)."""
     import torch
 
+    from harness.interp_checks import _repeats_off
+
     if set(got) != {"0", "1"}:
         return f"returned {len(got)} values, expected (tokens, periods)"
     tokens, periods = got["0"], got["1"]
@@ -2824,6 +2826,13 @@ def _compare_segments(got: dict, rules: dict) -> str | None:
     inside = torch.arange(width - 1)[None, :] < periods[:, None] - 1  # [batch width-1]: a step within a segment
     pairs = list(zip(body[:, :-1][inside].tolist(), body[:, 1:][inside].tolist(), strict=True))
     why = _one_step(pairs, ids, "consecutive tokens of a segment")
+    odd = _repeats_off([body[r, : int(periods[r])].tolist() for r in range(batch)], ids, RANDOM_FAILURE)
+    if why is None and odd is not None:
+        count, mean, rows = odd
+        why = (
+            f"{count} of {rows} rows have a segment that repeats a token, where independent draws of each token give "
+            f"about {mean:.0f} (a segment drawn without replacement, by torch.randperm or a shuffle, never repeats one)"
+        )
     if why is None and n_periods > 1:
         rows = [(int(periods[r]), int(periods[r + 1])) for r in range(batch - 1)]
         why = _one_step(rows, n_periods, "the periods of consecutive rows")

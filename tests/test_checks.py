@@ -806,3 +806,13 @@ def test_a_sampler_whose_rows_share_their_randomness_fails_its_check(mistake):
     notebook, _, old, new, cause = mistake
     with pytest.raises(AssertionError, match=cause):
         harness.sample_next_token_test(course_with(notebook, old, new)["sample_next_token"])
+
+
+def test_segments_drawn_without_replacement_fail_their_check():
+    """Every token of a segment uniform on its own, none repeated in a segment (mutation sweep 10)."""
+    from test_judge import WITHOUT_REPLACEMENT, course_with
+
+    notebook, _, old, new, cause = WITHOUT_REPLACEMENT
+    with pytest.raises(AssertionError, match=cause):
+        harness.repeated_segments_test(course_with(notebook, old, new)["repeated_segments"])
+    harness.repeated_segments_test(course_with(notebook, None, None)["repeated_segments"])

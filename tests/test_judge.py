@@ -1487,6 +1487,20 @@ MISTAKES += [
     ),
 ]
 
+# Segments drawn without replacement: each token's marginal is uniform, and no segment ever repeats a token
+# (mutation sweep 10).
+WITHOUT_REPLACEMENT = (
+    "08_interpretability",
+    "test_repeated_segments",
+    "    segments = torch.randint(1, d_vocab, (batch, max_period), generator=generator)  # [batch max_period]",
+    (
+        "    segments = torch.stack([torch.randperm(max(d_vocab - 1, max_period), generator=generator)[:max_period] % "
+        "(d_vocab - 1) + 1 for _ in range(batch)])  # [batch max_period]"
+    ),
+    "never repeats one",
+)
+MISTAKES += [WITHOUT_REPLACEMENT]
+
 
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
