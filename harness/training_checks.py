@@ -252,12 +252,25 @@ class _ProbeModel(nn.Module):
         self.cfg = types.SimpleNamespace(d_vocab=_V, n_ctx=_SEQ, d_model=8)
         self.embed = nn.Embedding(_V, 8)
         self.unembed = nn.Linear(8, _V)
-        self.last_batch: Tensor | None = None
+        self.since_step: list[Tensor] = []  # the batches of the forwards with gradients since the last step
         self.recording = True
+
+    @property
+    def last_batch(self) -> Tensor | None:
+        """This step's batch: every forward's since the last step where they make one batch between them (gradients
+        accumulated over parts of it), else the last forward's (one run twice, once for the log)."""
+        parts = self.since_step
+        if not parts:
+            return None
+        rows = getattr(self, "batch_size", None)
+        alike = all(p.dim() == 2 and p.shape[1:] == parts[0].shape[1:] for p in parts)
+        if len(parts) > 1 and alike and sum(len(p) for p in parts) == rows:
+            return torch.cat(parts)
+        return parts[-1]
 
     def forward(self, tokens: Tensor) -> Tensor:
         if self.recording and self.training and torch.is_grad_enabled():
-            self.last_batch = tokens.detach().clone()
+            self.since_step.append(tokens.detach().clone())
         return self.unembed(self.embed(tokens))
 
 
@@ -286,6 +299,7 @@ class _StepWatcher:
 
     def __init__(self, model: _ProbeModel, args, train_rows: set, val_rows: set):
         self.model, self.args = model, args
+        model.batch_size = args.batch_size  # what parts of one batch, accumulated, add up to
         self.params = list(model.parameters())
         self.train_rows, self.val_rows = train_rows, val_rows
         self.steps = 0
@@ -319,7 +333,15 @@ class _StepWatcher:
         self._check_step(optimizer)
 
     def after_step(self, optimizer, args=(), kwargs=None):
-        if self.pending is None or not self._ours(optimizer):
+        if not self._ours(optimizer):
+            return
+        try:
+            self._after_closure(optimizer)
+        finally:
+            self.model.since_step = []  # the next step's batch starts here
+
+    def _after_closure(self, optimizer):
+        if self.pending is None:
             return
         started, self.pending = self.pending, None
         ended = [p.detach().clone() for p in self.params]

@@ -1600,28 +1600,53 @@ def train_batches(train, model, train_windows, val_windows, args, again: bool = 
 
 
 def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[list, dict]:
-    """`train` run on `model` (its log kept quiet): the batches its embedding saw in training mode with gradients
-    on, and the trained weights."""
+    """`train` run on `model` (its log kept quiet): the batch of each optimizer step, and the trained weights. A
+    step's batch is what the model's embedding saw in training mode with gradients on since the step before, all of
+    it where those rows make one batch of args.batch_size (gradients accumulated over parts of a batch are the
+    batch's: red-team round 39), else the last of it (a forward run twice, once for the log). Where no optimizer of
+    the model's parameters steps, each forward counts as a step's batch."""
     import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    batches: list = []
+    seen: list = []
+    steps: list = []
+    params = {id(p) for p in model.parameters()}
 
     def record(module, inputs):
-        if module.training and torch.is_grad_enabled() and len(batches) < MAX_DICT_ENTRIES // 4:
-            batches.append(inputs[0].detach().clone())
+        if module.training and torch.is_grad_enabled() and len(seen) < MAX_DICT_ENTRIES // 4:
+            seen.append(inputs[0].detach().clone())
+
+    def stepped(optimizer, *_):
+        if any(id(p) in params for group in optimizer.param_groups for p in group["params"]):
+            steps.append(len(seen))
 
     embed = getattr(model, "embed", None)
     if not isinstance(embed, torch.nn.Module):
         raise ProbeError("the model has no `embed` module")  # the judge's own model: no learner's mistake
-    handle = embed.register_forward_pre_hook(record)
+    handles = (embed.register_forward_pre_hook(record), register_optimizer_step_post_hook(stepped))
     try:
         with torch.enable_grad():
             train(model, train_windows, val_windows, args, log=lambda *_: None)
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
+    batches = seen
+    if steps:
+        parts = [seen[start:end] for start, end in zip([0, *steps[:-1]], steps) if end > start]
+        whole = [torch.cat(part) if _one_batch(part, args.batch_size) else part[-1] for part in parts]
+        batches = whole + seen[steps[-1] :]  # forwards after the last step: shown, and a count the judge rules on
     if not batches:
         raise ProbeError("train never ran the model in training mode with gradients on a batch")
     return batches, {name: p.detach().clone() for name, p in model.named_parameters() if _informative(name)}
+
+
+def _one_batch(parts: list, rows: int) -> bool:
+    """Do the forwards of one step make one batch of `rows` rows between them (parts of one batch)?"""
+    return (
+        len(parts) > 1
+        and all(p.dim() == 2 and p.shape[1:] == parts[0].shape[1:] for p in parts)
+        and sum(len(p) for p in parts) == rows
+    )
 
 
 class ReplayedWindows:

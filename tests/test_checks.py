@@ -785,34 +785,3 @@ def test_a_changed_default_fails_its_check(mistake):
         DEFAULT_MISTAKES[mistake](course_with(notebook, old, new))
     assert cause.split(", where")[0] in str(err.value), str(err.value)
     DEFAULT_MISTAKES[mistake](course_with(notebook, None, None))  # the course's own passes
-
-
-def _dependent_samplers():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_judge import DEPENDENT, MISTAKES
-
-    return [m for m in MISTAKES if m[4] == DEPENDENT]
-
-
-@pytest.mark.parametrize("mistake", _dependent_samplers(), ids=lambda m: m[3].split("\n")[1].strip()[:40])
-def test_a_sampler_whose_rows_share_their_randomness_fails_its_check(mistake):
-    """Rows whose own draws follow their distributions, drawn from one shared random number (red-team round 39,
-    sweep 10): the check judges pairs of rows too, as the judge does."""
-    from test_judge import course_with
-
-    notebook, _, old, new, cause = mistake
-    with pytest.raises(AssertionError, match=cause):
-        harness.sample_next_token_test(course_with(notebook, old, new)["sample_next_token"])
-
-
-def test_segments_drawn_without_replacement_fail_their_check():
-    """Every token of a segment uniform on its own, none repeated in a segment (mutation sweep 10)."""
-    from test_judge import WITHOUT_REPLACEMENT, course_with
-
-    notebook, _, old, new, cause = WITHOUT_REPLACEMENT
-    with pytest.raises(AssertionError, match=cause):
-        harness.repeated_segments_test(course_with(notebook, old, new)["repeated_segments"])
-    harness.repeated_segments_test(course_with(notebook, None, None)["repeated_segments"])

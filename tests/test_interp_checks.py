@@ -452,3 +452,13 @@ def test_train_induction_fast(tmp_path):
     _, state_dict, metrics = harness.load_induction_model(tmp_path)
     assert metrics["history"]["step"] == [0, 10, 20, 30, 40]
     assert set(state_dict) == set(course.AttnOnlyTransformer(course.INDUCTION_CONFIG).state_dict())
+
+
+def test_segments_drawn_without_replacement_fail_their_check():
+    """Every token of a segment uniform on its own, none repeated in a segment (mutation sweep 10)."""
+    from test_judge import WITHOUT_REPLACEMENT, course_with
+
+    notebook, _, old, new, cause = WITHOUT_REPLACEMENT
+    with pytest.raises(AssertionError, match=cause):
+        harness.repeated_segments_test(course_with(notebook, old, new)["repeated_segments"])
+    harness.repeated_segments_test(course_with(notebook, None, None)["repeated_segments"])

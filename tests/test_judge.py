@@ -2595,6 +2595,23 @@ def test_trained_weights_allow_a_few_rounding_flukes_and_no_more():
     assert "differs from the course's train" in judge._compare_tensor(probe, wrong, want)
 
 
+ACCUMULATED = (  # 06's step, and the same step with its gradient accumulated over two parts of the batch
+    (
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
+        "        loss = lm_cross_entropy(model(batch), batch)\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+    ),
+    (
+        "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = 0.0\n"
+        "        for part in batch.split((len(batch) + 1) // 2):\n"
+        "            share = lm_cross_entropy(model(part), part) * (len(part) / len(batch))\n"
+        "            share.backward()\n"
+        "            loss = loss + share.detach()\n"
+    ),
+)
 HONEST_VARIANTS = {
     # scores summed in float64: rounding decided between searches that tie in exact arithmetic, and this lost its
     # point (red-team round 29: the course's own search lost it between two processes)
@@ -2640,6 +2657,42 @@ HONEST_VARIANTS = {
         "test_train",
         "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]",
         "batch = train_windows[torch.randperm(len(train_windows))[: args.batch_size]]",
+    ),
+    # gradients accumulated over two parts of the batch, each loss weighted by its share: the batch's gradient, one
+    # step (red-team round 39: refused while each forward had to be a whole batch)
+    "gradients accumulated over two parts of a batch": (
+        "06_training",
+        "test_train",
+        ACCUMULATED[0],
+        ACCUMULATED[1],
+    ),
+    # ... over two parts drawn apart, nanoGPT's way, as many rows as a batch between them
+    "gradients accumulated over two parts drawn apart": (
+        "06_training",
+        "test_train",
+        ACCUMULATED[0],
+        (
+            "optimizer.zero_grad()\n"
+            "        loss = 0.0\n"
+            "        for rows in ((args.batch_size + 1) // 2, args.batch_size // 2):\n"
+            "            part = train_windows[torch.randint(len(train_windows), (rows,))]\n"
+            "            share = lm_cross_entropy(model(part), part) * (rows / args.batch_size)\n"
+            "            share.backward()\n"
+            "            loss = loss + share.detach()\n"
+        ),
+    ),
+    # the loss for the log from a forward of its own, before the one trained on
+    "a forward run twice, once for the log": (
+        "06_training",
+        "test_train",
+        ACCUMULATED[0],
+        (
+            "batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
+            "        shown = lm_cross_entropy(model(batch), batch).item()\n"
+            "        loss = lm_cross_entropy(model(batch), batch)\n"
+            "        optimizer.zero_grad()\n"
+            "        loss.backward()\n"
+        ),
     ),
     # what an encoder leaves at padded source positions is never attended to: memory is compared where the source is
     # real (a static review: zeroing those rows, honest, failed the encode probe)

@@ -583,3 +583,20 @@ def test_temperature_zero_as_a_tiny_temperature_is_refused():
     with pytest.raises(AssertionError) as err:
         harness.temperature_test(lambda logits, t: logits / max(t, 1e-8))
     assert "must make sampling greedy" in str(err.value), str(err.value)
+
+
+def _dependent_samplers():
+    from test_judge import DEPENDENT, MISTAKES
+
+    return [m for m in MISTAKES if m[4] == DEPENDENT]
+
+
+@pytest.mark.parametrize("mistake", _dependent_samplers(), ids=lambda m: m[3].split("\n")[1].strip()[:40])
+def test_a_sampler_whose_rows_share_their_randomness_fails_its_check(mistake):
+    """Rows whose own draws follow their distributions, drawn from one shared random number (red-team round 39,
+    sweep 10): the check judges pairs of rows too, as the judge does."""
+    from test_judge import course_with
+
+    notebook, _, old, new, cause = mistake
+    with pytest.raises(AssertionError, match=cause):
+        harness.sample_next_token_test(course_with(notebook, old, new)["sample_next_token"])

@@ -664,3 +664,21 @@ def test_train_addition_mistakes_are_named(mistake, phrase):
     with pytest.raises(AssertionError) as err:
         train_addition_test(_train_addition(mistake), course.TrainingArgs)
     assert phrase in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "gradients accumulated over two parts of a batch",
+        "gradients accumulated over two parts drawn apart",
+        "a forward run twice, once for the log",
+    ],
+)
+def test_an_honest_training_step_passes_its_check(variant):
+    """Gradients accumulated over parts of a batch make the batch's step (red-team round 39: refused while each
+    forward had to be a whole batch); a forward of its own for the log is not trained on."""
+    from test_judge import HONEST_VARIANTS, course_with
+
+    notebook, _, old, new = HONEST_VARIANTS[variant]
+    ns = course_with(notebook, old, new)
+    train_test(ns["train"], ns["TrainingArgs"])
