@@ -566,6 +566,25 @@ def _binomial_tails(counts: Tensor, n: int, p: Tensor) -> tuple[Tensor, Tensor]:
 PAIR_CELLS = 8  # a pair of draws falls in one cell of a PAIR_CELLS x PAIR_CELLS grid
 
 
+def _pairings(calls) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Ways to pair the rows of each call, every row in one pair at most: rows 1 to 4 apart (each lag twice, so that
+    every such pair is in one of them), rows half a call apart, and rows as far from the call's two ends."""
+    starts = [0, *itertools.accumulate(calls)][:-1]
+    ways: list[tuple[str, list[tuple[int, int]]]] = []
+    for lag in (1, 2, 3, 4):
+        for offset in (0, lag):
+            pairs = [
+                (start + i, start + i + lag)
+                for start, size in zip(starts, calls)
+                for i in range(offset, size - lag)
+                if (i - offset) % (2 * lag) < lag
+            ]
+            ways.append((f"{lag} apart", pairs))
+    half = [(start + i, start + i + (size + 1) // 2) for start, size in zip(starts, calls) for i in range(size // 2)]
+    ends = [(start + i, start + size - 1 - i) for start, size in zip(starts, calls) for i in range(size // 2)]
+    return [*ways, ("half a call apart", half), ("as far from either end of the call", ends)]
+
+
 def _dependent_draws(
     draws: Tensor, probs: Tensor, calls, rare: float, followed: bool = True, kinds: Tensor | None = None
 ) -> str | None:
@@ -574,8 +593,8 @@ def _dependent_draws(
     `draws` [N] are token ids, `probs` [N d_vocab] the distribution each was due to come from, `calls` the sizes of
     the calls that made them, in order. Each draw becomes a number in [0, 1): its token's place in the cumulative
     distribution, plus a uniform share of the token's own probability (a fixed seed): draws that follow their
-    distributions independently give independent uniform numbers, whatever the distributions. Pairs of rows 1, 2 or
-    3 apart in one call, each row in one pair, then fall in each cell of an 8 x 8 grid with probability 1/64; a cell
+    distributions independently give independent uniform numbers, whatever the distributions. Pairs of rows of one
+    call (`_pairings`), each row in one pair, then fall in each cell of an 8 x 8 grid with probability 1/64; a cell
     whose count lies beyond its binomial tail `rare` shows that rows depend on each other (a sampler drawing every
     row from one random number, or from numbers a fixed step apart, follows each row's distribution and still does
     this). Where the draws do not follow their distributions (`followed=False`), a cell's expectation is the product
@@ -591,42 +610,35 @@ def _dependent_draws(
         + own * torch.rand(len(draws), dtype=torch.float64, generator=generator)
     )
     cell = (u * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
-    starts = torch.tensor([0, *itertools.accumulate(calls)][:-1])
-    for lag in (1, 2, 3):
-        for offset in (0, lag):
-            first = [
-                int(start) + i
-                for start, size in zip(starts.tolist(), calls)
-                for i in range(offset, size - lag)
-                if (i - offset) % (2 * lag) < lag
-            ]
-            if len(first) < 8 * PAIR_CELLS**2:
-                continue
-            a, b = cell[first], cell[[i + lag for i in first]]
-            counts = torch.bincount(a * PAIR_CELLS + b, minlength=PAIR_CELLS**2)
-            n = len(first)
-            if followed:
-                p = torch.full((PAIR_CELLS**2,), 1 / PAIR_CELLS**2, dtype=torch.float64)
-            else:
-                kind = torch.zeros(len(draws), dtype=torch.long) if kinds is None else kinds.long()
-                pair = kind[first] * (int(kind.max()) + 1) + kind[[i + lag for i in first]]
-                p = torch.zeros(PAIR_CELLS**2, dtype=torch.float64)
-                for t in pair.unique():  # pairs of one kind: independent draws give the product of their margins
-                    mine = pair == t
-                    rows = torch.bincount(a[mine], minlength=PAIR_CELLS).double()
-                    cols = torch.bincount(b[mine], minlength=PAIR_CELLS).double() / int(mine.sum())
-                    p += (rows[:, None] * cols[None, :]).flatten() / n
-            above, below = _binomial_tails(counts, n, p)
-            off = torch.minimum(above, below)
-            if bool((off < rare).any()):
-                worst = int(off.argmin())
-                return (
-                    f"its draws are not independent of each other: of {n} pairs of rows {lag} apart in one call, "
-                    f"{int(counts[worst])} fell in a cell of the grid where independent draws put about "
-                    f"{n * float(p[worst]):.0f} (each draw placed by its token's share of the cumulative distribution, "
-                    f"{PAIR_CELLS} x {PAIR_CELLS} cells). Rows that share one random number, or take numbers a fixed "
-                    "step apart, do this: draw every row on its own (torch.multinomial with the generator)"
-                )
+    for where, pairs in _pairings(calls):
+        first, second = [a for a, _ in pairs], [b for _, b in pairs]
+        if len(first) < 8 * PAIR_CELLS**2:
+            continue
+        a, b = cell[first], cell[second]
+        counts = torch.bincount(a * PAIR_CELLS + b, minlength=PAIR_CELLS**2)
+        n = len(first)
+        if followed:
+            p = torch.full((PAIR_CELLS**2,), 1 / PAIR_CELLS**2, dtype=torch.float64)
+        else:
+            kind = torch.zeros(len(draws), dtype=torch.long) if kinds is None else kinds.long()
+            pair = kind[first] * (int(kind.max()) + 1) + kind[second]
+            p = torch.zeros(PAIR_CELLS**2, dtype=torch.float64)
+            for t in pair.unique():  # pairs of one kind: independent draws give the product of their margins
+                mine = pair == t
+                rows = torch.bincount(a[mine], minlength=PAIR_CELLS).double()
+                cols = torch.bincount(b[mine], minlength=PAIR_CELLS).double() / int(mine.sum())
+                p += (rows[:, None] * cols[None, :]).flatten() / n
+        above, below = _binomial_tails(counts, n, p)
+        off = torch.minimum(above, below)
+        if bool((off < rare).any()):
+            worst = int(off.argmin())
+            return (
+                f"its draws are not independent of each other: of {n} pairs of rows {where} in one call, "
+                f"{int(counts[worst])} fell in a cell of the grid where independent draws put about "
+                f"{n * float(p[worst]):.0f} (each draw placed by its token's share of the cumulative distribution, "
+                f"{PAIR_CELLS} x {PAIR_CELLS} cells). Rows that share one random number, or take numbers a fixed "
+                "step apart, do this: draw every row on its own (torch.multinomial with the generator)"
+            )
     return None
 
 

@@ -1436,6 +1436,30 @@ MISTAKES += [
         ),
         DEPENDENT,
     ),
+    (  # the first half's draws again in the second half
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        SHARED_DRAW,
+        (
+            "    u = torch.rand((logits.shape[0] + 1) // 2, 1, generator=generator).repeat(2, 1)[: logits.shape[0]]\n"
+            "    probs = logits.softmax(dim=-1)\n"
+            "    return (probs.cumsum(dim=-1) < u).sum(dim=-1).clamp(max=probs.shape[-1] - 1)\n"
+        ),
+        DEPENDENT,
+    ),
+    (  # mirrored: the last row draws at 1 - u of the first, and so on inwards
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        SHARED_DRAW,
+        (
+            "    u = torch.rand((logits.shape[0] + 1) // 2, 1, generator=generator)\n"
+            "    u = torch.cat([u, 1 - u.flip(0)])[: logits.shape[0]] if logits.shape[0] % 2 == 0 else "
+            "torch.cat([u, 1 - u[:-1].flip(0)])\n"
+            "    probs = logits.softmax(dim=-1)\n"
+            "    return (probs.cumsum(dim=-1) < u).sum(dim=-1).clamp(max=probs.shape[-1] - 1)\n"
+        ),
+        DEPENDENT,
+    ),
     (  # antithetic pairs: row 2k + 1 draws at 1 - u of row 2k
         "07_sampling_and_kv_cache",
         "test_sample_next_token",
