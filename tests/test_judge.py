@@ -2718,6 +2718,32 @@ HONEST_VARIANTS = {
             "        loss.backward()\n"
         ),
     ),
+    # the schedule through torch's LambdaLR, stepped after the optimizer, and gradients zeroed in place
+    "lr_at through LambdaLR": (
+        "06_training",
+        "test_train",
+        (
+            "        for group in optimizer.param_groups:\n"
+            '            group["lr"] = lr_at(step, args)\n'
+            "        batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
+            "        loss = lm_cross_entropy(model(batch), batch)\n"
+            "        optimizer.zero_grad()\n"
+            "        loss.backward()\n"
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
+            "        optimizer.step()\n"
+        ),
+        (
+            "        if step == 0:\n"
+            "            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, args) / args.lr)\n"
+            "        batch = train_windows[torch.randint(len(train_windows), (args.batch_size,))]\n"
+            "        loss = lm_cross_entropy(model(batch), batch)\n"
+            "        optimizer.zero_grad(set_to_none=False)\n"
+            "        loss.backward()\n"
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
+            "        optimizer.step()\n"
+            "        scheduler.step()\n"
+        ),
+    ),
     # what an encoder leaves at padded source positions is never attended to: memory is compared where the source is
     # real (a static review: zeroing those rows, honest, failed the encode probe)
     "an encoder that zeroes its padding": (

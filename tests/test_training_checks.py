@@ -672,6 +672,7 @@ def test_train_addition_mistakes_are_named(mistake, phrase):
         "gradients accumulated over two parts of a batch",
         "gradients accumulated over two parts drawn apart",
         "a forward run twice, once for the log",
+        "lr_at through LambdaLR",
     ],
 )
 def test_an_honest_training_step_passes_its_check(variant):
