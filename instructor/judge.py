@@ -1344,18 +1344,20 @@ def _train_batches(course, model, train_windows, val_windows, args) -> dict:
     with contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
         batches = train_batches(course.train, model, train_windows, val_windows, args, again=False)
 
-    def replay(recorded: list) -> dict:
-        again = copy.deepcopy(start)
+    def replay(recorded: list, grad_clip: float | None = None) -> dict:
+        again, run_args = copy.deepcopy(start), copy.copy(args)
+        run_args.grad_clip = args.grad_clip if grad_clip is None else grad_clip
         windows = ReplayedWindows(recorded, len(train_windows))
         with contextlib.redirect_stderr(io.StringIO()):
-            out = train_batches(course.train, again, windows, val_windows, args, again=False)
-        return {key: value for key, value in out.items() if key.startswith("w.")}
+            out = train_batches(course.train, again, windows, val_windows, run_args, again=False)
+        return {key: value for key, value in out.items() if key.startswith(("w.", "grad_norm."))}
 
     return {
         "batches": sum(key.startswith("batch.") for key in batches),
         "shape": tuple(batches["batch.0"].shape),
         "batch_size": args.batch_size,
         "max_steps": args.max_steps,
+        "grad_clip": args.grad_clip,
         "train": train_windows,
         "val": val_windows,
         "replay": replay,
@@ -1391,7 +1393,13 @@ def _addition_run(course, model, args, n_digits, key) -> dict:
         globals_ = course.train_addition.__globals__
         return addition_run(course.train_addition, again, args, n_digits, key, namespace=globals_, claimed=claimed)
 
-    return {"steps": args.max_steps, "batch_size": args.batch_size, "n_digits": n_digits, "replay": replay}
+    return {
+        "steps": args.max_steps,
+        "batch_size": args.batch_size,
+        "n_digits": n_digits,
+        "grad_clip": args.grad_clip,
+        "replay": replay,
+    }
 
 
 def _cached_steps(course, model, tokens, other, new_tokens) -> dict:
@@ -2876,6 +2884,8 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
     course's loop, replayed on the problems of the calls recorded, trains the weights and losses it returned."""
     import torch
 
+    from instructor.probe_runner import NEVER_CLIPS
+
     calls = [got.get(f"calls.{run}") for run in (0, 1)]
     if any(c is None or c.dtype != torch.int64 or c.dim() != 2 or c.shape[-1] != 3 for c in calls):
         return "no record of the calls to addition_data"
@@ -2896,11 +2906,17 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
             "same arguments: derive every step's seed from args.seed (and the step), so that a seed reproduces a run"
         )
     replayed = expected["replay"]([c.tolist() for c in calls])
-    for key, want in replayed.items():
-        if key.startswith("calls."):  # the course's own seeds, not what is judged
+    # the gradient's norm at each step first: it names a clip or a loss of another scale, which AdamW's weights
+    # barely show; a loop that stepped no torch optimizer has no record of it, and its weights are judged alone
+    for key, want in sorted(replayed.items(), key=lambda item: not item[0].startswith("grad_norm.")):
+        if key.startswith("calls.") or (key.startswith("grad_norm.") and not len(got.get(key, []))):
             continue
         trained = replace(probe, compare="trained" if key.startswith("w") else "close")
-        why = _compare_tensor(trained, got.get(key), want, what=key)
+        what = key
+        if key.startswith("grad_norm."):
+            clip = expected["grad_clip"] if key.endswith(".0") else NEVER_CLIPS
+            what = f"the gradient's norm at each optimizer.step(), with args.grad_clip = {clip:g},"
+        why = _compare_tensor(trained, got.get(key), want, what=what)
         if why is not None:
             return why + " (against the course's loop on the problems of the seeds train_addition asked for)"
     seeds = calls[0][:, 2].tolist()
@@ -3246,8 +3262,20 @@ def _replayed(probe: Probe, got: dict, rules: dict, batches: list, prefix: str) 
     record shows (`_train_batches`'s replay), if they are not."""
     if len(batches) != rules["batches"]:
         return f"ran the model on {len(batches)} training batches in {rules['max_steps']} steps: one batch a step"
+    from instructor.probe_runner import NEVER_CLIPS
+
     close = replace(probe, compare="trained", atol=1e-4)  # as the trained weights' probe
-    for key, want in rules["replay"](batches).items():
+    replayed = rules["replay"](batches, NEVER_CLIPS if prefix == "wo" else None)
+    norms = got.get(f"grad_norm.{prefix}")
+    if norms is not None and len(norms):  # none where no torch optimizer stepped: the weights are judged alone
+        clip = f"args.grad_clip = {rules['grad_clip']:g}" if prefix != "wo" else f"args.grad_clip = {NEVER_CLIPS:g}"
+        what = f"the gradient's norm at each optimizer.step(), with {clip},"
+        why = _compare_tensor(replace(probe, compare="close"), norms, replayed["grad_norm.w"], what=what)
+        if why is not None:
+            return f"{why} against the course's loop replayed on the batches the model's embedding saw"
+    for key, want in replayed.items():
+        if key.startswith("grad_norm."):
+            continue
         why = _compare_tensor(close, got.get(f"{prefix}.{key[2:]}"), want, what=f"the trained {key[2:]}")
         if why is not None:
             return (

@@ -1440,9 +1440,17 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     codes = {id(f): (f, f.__code__) for f in given}
     second_args = copy.copy(args)
     second_args.seed = args.seed + 1
+    # each step's gradient norm is recorded ("grad_norm.<run>", `_step_norms`): the first run's clip, 0.05 to 0.3,
+    # binds at every step (a clip of another size or none shows), the second run's never does (a loss of another
+    # scale shows)
+    second_args.grad_clip = NEVER_CLIPS
     runs = (args, second_args) if claimed is not None and len(claimed) == 2 else (args, second_args, args)
     nets = [copy.deepcopy(model) for _ in runs]
     out = {}
+    norms: list[float] = []
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    hooks = [register_optimizer_step_post_hook(_step_norms(net, norms)) for net in nets]
     try:
         for scope in scopes.values():
             scope["addition_data"] = addition_data
@@ -1451,14 +1459,18 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
             function.__code__ = _calls_the_stand_in.__code__
         for run, (net, run_args) in enumerate(zip(nets, runs)):
             calls.clear()
+            norms.clear()
             with torch.enable_grad(), contextlib.redirect_stderr(io.StringIO()):  # the loop's progress bar
                 losses = train_addition(net, run_args, n_digits)
             if not isinstance(losses, (list, tuple)) or not all(isinstance(x, (int, float)) for x in losses):
                 raise ProbeError("train_addition did not return a list of floats (the loss of every step)")
+            out[f"grad_norm.{run}"] = torch.tensor(norms, dtype=torch.float64)
             out[f"calls.{run}"] = torch.tensor(calls, dtype=torch.int64).reshape(-1, 3)
             out[f"losses.{run}"] = torch.tensor([float(x) for x in losses], dtype=torch.float64)
             out |= {f"w{run}.{name}": p.detach().clone() for name, p in net.named_parameters() if _informative(name)}
     finally:
+        for hook in hooks:
+            hook.remove()
         for ident, scope in scopes.items():
             scope["addition_data"] = originals[ident]
         for function, code in codes.values():
@@ -1587,16 +1599,41 @@ def train_batches(train, model, train_windows, val_windows, args, again: bool = 
     import copy
 
     start = copy.deepcopy(model)
-    batches, weights = _recorded_training(train, model, train_windows, val_windows, args)
+    batches, weights, norms = _recorded_training(train, model, train_windows, val_windows, args)
     out = {f"batch.{i}": batch for i, batch in enumerate(batches)} | {f"w.{k}": w for k, w in weights.items()}
+    out["grad_norm.w"] = norms
     if again:
         other_args = copy.copy(args)
         other_args.seed = args.seed + 1
+        other_args.grad_clip = NEVER_CLIPS  # its gradients' scale shows (`addition_run`)
         for tag, run_args in (("again", args), ("other", other_args)):
-            batches, weights = _recorded_training(train, copy.deepcopy(start), train_windows, val_windows, run_args)
+            batches, weights, norms = _recorded_training(
+                train, copy.deepcopy(start), train_windows, val_windows, run_args
+            )
             out |= {f"{tag}.{i}": batch for i, batch in enumerate(batches)}
             out |= {f"w{tag[0]}.{k}": w for k, w in weights.items()}
+            out[f"grad_norm.w{tag[0]}"] = norms
     return out
+
+
+NEVER_CLIPS = 1e6  # a clip no gradient of the judge's models reaches (their norms are about 2 to 6)
+
+
+def _step_norms(model, norms: list):
+    """An optimizer-step hook that appends the norm of `model`'s gradients at each step of an optimizer of its
+    parameters: AdamW's step is blind to a gradient's scale, so a clip of another size, none, or a loss of another
+    scale (summed over rows, parts of a batch not divided) trains the course's weights; the gradient it stepped
+    with does not (mutation sweep 11: all five passed, their weights the course's)."""
+    import torch
+
+    mine = {id(p) for p in model.parameters()}
+
+    def stepped(optimizer, *_):
+        if any(id(p) in mine for group in optimizer.param_groups for p in group["params"]):
+            grads = [p.grad.detach().double().norm() for p in model.parameters() if p.grad is not None]
+            norms.append(float(torch.stack(grads).norm()) if grads else 0.0)
+
+    return stepped
 
 
 def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[list, dict]:
@@ -1610,6 +1647,7 @@ def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[
 
     seen: list = []
     steps: list = []
+    norms: list = []
     params = {id(p) for p in model.parameters()}
 
     def record(module, inputs):
@@ -1623,7 +1661,11 @@ def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[
     embed = getattr(model, "embed", None)
     if not isinstance(embed, torch.nn.Module):
         raise ProbeError("the model has no `embed` module")  # the judge's own model: no learner's mistake
-    handles = (embed.register_forward_pre_hook(record), register_optimizer_step_post_hook(stepped))
+    handles = (
+        embed.register_forward_pre_hook(record),
+        register_optimizer_step_post_hook(stepped),
+        register_optimizer_step_post_hook(_step_norms(model, norms)),
+    )
     try:
         with torch.enable_grad():
             train(model, train_windows, val_windows, args, log=lambda *_: None)
@@ -1637,7 +1679,8 @@ def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[
         batches = whole + seen[steps[-1] :]  # forwards after the last step: shown, and a count the judge rules on
     if not batches:
         raise ProbeError("train never ran the model in training mode with gradients on a batch")
-    return batches, {name: p.detach().clone() for name, p in model.named_parameters() if _informative(name)}
+    weights = {name: p.detach().clone() for name, p in model.named_parameters() if _informative(name)}
+    return batches, weights, torch.tensor(norms, dtype=torch.float64)
 
 
 def _one_batch(parts: list, rows: int) -> bool:

@@ -1525,6 +1525,51 @@ WITHOUT_REPLACEMENT = (
 )
 MISTAKES += [WITHOUT_REPLACEMENT]
 
+# A gradient of another scale: AdamW's step is all but blind to it, so the trained weights were the course's (mutation
+# sweep 11: each passed test_train_addition, and test_train in some jobs). The gradient norm at each step is judged,
+# with the drawn clip (which binds) and with one no gradient reaches.
+GRAD_NORM = "the gradient's norm at each optimizer.step()"
+TRAIN_CLIP = (
+    "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
+    "        optimizer.step()\n        ### END SOLUTION\n        history"
+)
+ADDITION_CLIP = (
+    "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n        optimizer.step()\n"
+    "        ### END SOLUTION\n        losses.append"
+)
+MISTAKES += [
+    *(
+        ("06_training", grade_id, clip, clip.replace("args.grad_clip)", wrong), GRAD_NORM)
+        for grade_id, clip in (("test_train", TRAIN_CLIP), ("test_train_addition", ADDITION_CLIP))
+        for wrong in ("args.grad_clip * 2)", "max(args.grad_clip, 0.5))")
+    ),
+    (
+        "06_training",
+        "test_train",
+        TRAIN_CLIP,
+        TRAIN_CLIP.replace("        loss.backward()\n", "        (loss * args.batch_size).backward()\n"),
+        GRAD_NORM,
+    ),
+    (  # parts of a batch, their losses added and not weighted by their share
+        "06_training",
+        "test_train_addition",
+        (
+            "        loss = masked_lm_loss(model(tokens), tokens, loss_mask)\n"
+            "        optimizer.zero_grad()\n"
+            "        loss.backward()\n"
+        ),
+        (
+            "        optimizer.zero_grad()\n"
+            "        loss = 0.0\n"
+            "        for part, mask in zip(tokens.chunk(2), loss_mask.chunk(2)):\n"
+            "            share = masked_lm_loss(model(part), part, mask)\n"
+            "            share.backward()\n"
+            "            loss = loss + share.detach() / 2\n"
+        ),
+        GRAD_NORM,
+    ),
+]
+
 
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
