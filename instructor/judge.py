@@ -1025,6 +1025,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="dict",
             script="embed_and_unembed",
         ),
+        Probe(  # unembed's gradients, as training takes them
+            "test_shared_embedding",
+            "SharedEmbedding",
+            (DEC_Y,),
+            config="encdec",
+            output="dict",
+            script="unembed_gradient",
+            hint="in training mode (model.train()), as training calls it, with its gradients",
+        ),
         _fn(  # the table as __init__ draws it (the judge's weights replace it everywhere else)
             "test_shared_embedding",
             "SharedEmbedding",
@@ -1175,18 +1184,22 @@ GRADIENT_FUNCTIONS = frozenset(
 
 
 def _with_gradients(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
-    """`probes`, and for each test's first plain module probe the same call's gradients too, of its parameters
+    """`probes`, and for each test's first plain module probe (for each setting of its flags) the same call's
+    gradients too, of its parameters
     and its inputs: a module is trained through, so its output alone is not the exercise (an Embed that looked up
     its table through NumPy gave the right values and no gradient, red-team round 10; a LayerNorm whose statistics
     were detached, round 25; `probe_runner.parameter_gradient`). Likewise the gradients of GRADIENT_FUNCTIONS with
     respect to their inputs (`probe_runner.input_gradient`)."""
-    seen: set[str] = set()
+    seen: set = set()
     more = []
     for probe in probes:
-        if probe.script or probe.grade_id in seen:
+        # a module's: one for each setting of its flags (MultiHeadAttention's causal=True, whose scores detached
+        # passed while only its first probe, causal=False, had its gradients judged: mutation sweep 11)
+        flags = tuple(param for kind, param in probe.args if kind in ("bool", "none")) if probe.module else ()
+        if probe.script or (probe.grade_id, flags) in seen or (not probe.module and probe.grade_id in seen):
             continue
         if probe.module:
-            seen.add(probe.grade_id)
+            seen.add((probe.grade_id, flags))
             hint = "in training mode (model.train()), as training calls it, with its gradients"
             more.append(replace(probe, output="dict", script="parameter_gradient", hint=hint))
         elif probe.target in GRADIENT_FUNCTIONS or probe.target == "apply_causal_mask":

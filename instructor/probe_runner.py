@@ -1736,6 +1736,16 @@ def embed_and_unembed(model, tokens, x) -> dict:
     return {"forward": model(tokens), "unembed": unembed(x)}
 
 
+def unembed_gradient(model, x) -> dict:
+    """`parameter_gradient` through a tied embedding's output layer, `model.unembed(x)`: training runs backward
+    through it as through the forward (an unembed detached from W_E passed while only the forward's gradient was
+    judged: mutation sweep 11)."""
+    unembed = getattr(model, "unembed", None)
+    if not callable(unembed):
+        raise ProbeError("the module has no method `unembed`: keep the one given in the notebook")
+    return parameter_gradient(model, x, _forward=unembed)
+
+
 def _differentiable(args: tuple) -> tuple[list, dict]:
     """The arguments, each plain floating-point tensor among them a fresh leaf that requires a gradient, and those
     leaves by position."""
@@ -1749,20 +1759,20 @@ def _is_float_tensor(value) -> bool:
     return type(value) is torch.Tensor and value.is_floating_point()
 
 
-def parameter_gradient(model, *args, **kwargs) -> dict:
+def parameter_gradient(model, *args, _forward=None, **kwargs) -> dict:
     """A module's output ("output") and the gradients of its parameters ("grad.<name>") and of its floating-point
     inputs ("grad.input.<j>") for a fixed random cotangent of the output's shape (zeros where none reaches): what
     training needs from a module besides its values. The parameters alone let a LayerNorm whose statistics were
     detached, or computed in NumPy, through: its `w` and `b` act after them (red-team round 25). In training mode, as
     training calls it (every other probe is in eval mode: a LayerNorm that skipped its normalisation, and an MLP that
     detached its input, under `if self.training:`, had full marks: red-team round 36); the course's modules have no
-    dropout, so both modes give the same."""
+    dropout, so both modes give the same. `_forward`: what is called in the module's stead (one of its methods)."""
     import torch
 
     args, inputs = _differentiable(args)
     model.train()
     with torch.enable_grad():
-        out = model(*args, **kwargs)
+        out = (model if _forward is None else _forward)(*args, **kwargs)
         if not isinstance(out, torch.Tensor) or not out.is_floating_point():
             raise ProbeError("the module's output is not a floating-point tensor")
         params = dict(model.named_parameters())
@@ -2026,6 +2036,7 @@ SCRIPTS = {
     "encode_decode": encode_decode,
     "loss_gradient": loss_gradient,
     "parameter_gradient": parameter_gradient,
+    "unembed_gradient": unembed_gradient,
     "input_gradient": input_gradient,
     "beam_cases": beam_cases,
     "causal_input_gradient": causal_input_gradient,

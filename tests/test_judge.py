@@ -1509,6 +1509,25 @@ MISTAKES += [
         "        return (self.W_E[tokens] * math.sqrt(self.cfg.d_model) + self.pe[:pos]).detach()\n",
         NO_GRADIENT,
     ),
+    # ... the output layer's gradients, and the causal self-attention's (mutation sweep 11: only the forward's, and
+    # only cross-attention's, were judged)
+    *(
+        (
+            "09_encoder_decoder",
+            "test_shared_embedding",
+            "        return x @ self.W_E.T  # the same table, transposed: [d_model d_vocab]\n",
+            new,
+            ("no gradient reaches", "grad.W_E"),
+        )
+        for new in ("        return (x @ self.W_E.T).detach()\n", "        return x @ self.W_E.detach().T\n")
+    ),
+    (
+        "09_encoder_decoder",
+        "test_multi_head_attention",
+        '            scores = scores.masked_fill(future, float("-inf"))\n',
+        '            scores = scores.masked_fill(future, float("-inf")).detach()\n',
+        ("no gradient reaches", "grad."),
+    ),
 ]
 
 # Segments drawn without replacement: each token's marginal is uniform, and no segment ever repeats a token
