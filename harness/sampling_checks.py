@@ -579,38 +579,58 @@ def _pairings(calls) -> list[tuple[str, list[tuple[int, int]]]]:
                 for i in range(offset, size - lag)
                 if (i - offset) % (2 * lag) < lag
             ]
-            ways.append((f"{lag} apart", pairs))
+            ways.append((f"rows {lag} apart in one call", pairs))
     half = [(start + i, start + i + (size + 1) // 2) for start, size in zip(starts, calls) for i in range(size // 2)]
     ends = [(start + i, start + size - 1 - i) for start, size in zip(starts, calls) for i in range(size // 2)]
-    return [*ways, ("half a call apart", half), ("as far from either end of the call", ends)]
+    return [*ways, ("rows half a call apart", half), ("rows as far from either end of one call", ends)]
+
+
+def _uniforms(draws: Tensor, probs: Tensor) -> Tensor:
+    """Each draw as a number in [0, 1): its token's place in its cumulative distribution, plus a uniform share of the
+    token's own probability (from a fixed seed). Draws that follow their distributions independently give
+    independent uniform numbers, whatever the distributions (the randomised probability integral transform)."""
+    generator = torch.Generator().manual_seed(20261127)
+    draws = draws.long().clamp(0, probs.shape[-1] - 1)
+    own = probs.double().gather(-1, draws[:, None])[:, 0]
+    start = probs.double().cumsum(-1).gather(-1, draws[:, None])[:, 0] - own
+    return start + own * torch.rand(len(draws), dtype=torch.float64, generator=generator)
+
+
+def _uniforms_off(draws: Tensor, probs: Tensor, rare: float, cells: int = 64) -> tuple[int, int, float] | None:
+    """(cell, count, expected) where draws whose distributions differ draw by draw do not follow them: `_uniforms` in
+    `cells` equal cells, a cell's count beyond its binomial tail `rare`; or None."""
+    u = _uniforms(draws, probs)
+    counts = torch.bincount((u * cells).long().clamp(0, cells - 1), minlength=cells)
+    above, below = _binomial_tails(counts, len(u), torch.full((cells,), 1 / cells, dtype=torch.float64))
+    off = torch.minimum(above, below)
+    if bool((off < rare).any()):
+        worst = int(off.argmin())
+        return worst, int(counts[worst]), len(u) / cells
+    return None
 
 
 def _dependent_draws(
-    draws: Tensor, probs: Tensor, calls, rare: float, followed: bool = True, kinds: Tensor | None = None
+    draws: Tensor,
+    probs: Tensor,
+    calls,
+    rare: float,
+    followed: bool = True,
+    kinds: Tensor | None = None,
+    pairings: list | None = None,
 ) -> str | None:
     """What shows that draws are not drawn independently of each other, if anything does.
 
     `draws` [N] are token ids, `probs` [N d_vocab] the distribution each was due to come from, `calls` the sizes of
-    the calls that made them, in order. Each draw becomes a number in [0, 1): its token's place in the cumulative
-    distribution, plus a uniform share of the token's own probability (a fixed seed): draws that follow their
-    distributions independently give independent uniform numbers, whatever the distributions. Pairs of rows of one
-    call (`_pairings`), each row in one pair, then fall in each cell of an 8 x 8 grid with probability 1/64; a cell
+    the calls that made them, in order. Each draw becomes a number in [0, 1) (`_uniforms`): independent uniform
+    numbers where the draws are independent. Pairs of rows of one call (`_pairings`, or `pairings`: (what they
+    are, [(i, j), ...]) lists), each row in one pair, then fall in each cell of an 8 x 8 grid with probability 1/64; a cell
     whose count lies beyond its binomial tail `rare` shows that rows depend on each other (a sampler drawing every
     row from one random number, or from numbers a fixed step apart, follows each row's distribution and still does
     this). Where the draws do not follow their distributions (`followed=False`), a cell's expectation is the product
     of the grid's observed margins instead, pairs of each two `kinds` of rows (which distribution each row draws
     from) apart, so that only dependence is judged."""
-    generator = torch.Generator().manual_seed(20261127)
-    draws = draws.long().clamp(0, probs.shape[-1] - 1)
-    cdf = probs.double().cumsum(-1)
-    own = probs.double().gather(-1, draws[:, None])[:, 0]
-    u = (
-        cdf.gather(-1, draws[:, None])[:, 0]
-        - own
-        + own * torch.rand(len(draws), dtype=torch.float64, generator=generator)
-    )
-    cell = (u * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
-    for where, pairs in _pairings(calls):
+    cell = (_uniforms(draws, probs) * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
+    for where, pairs in _pairings(calls) if pairings is None else pairings:
         first, second = [a for a, _ in pairs], [b for _, b in pairs]
         if len(first) < 8 * PAIR_CELLS**2:
             continue
@@ -633,7 +653,7 @@ def _dependent_draws(
         if bool((off < rare).any()):
             worst = int(off.argmin())
             return (
-                f"its draws are not independent of each other: of {n} pairs of rows {where} in one call, "
+                f"its draws are not independent of each other: of {n} pairs of {where}, "
                 f"{int(counts[worst])} fell in a cell of the grid where independent draws put about "
                 f"{n * float(p[worst]):.0f} (each draw placed by its token's share of the cumulative distribution, "
                 f"{PAIR_CELLS} x {PAIR_CELLS} cells). Rows that share one random number, or take numbers a fixed "

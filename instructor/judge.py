@@ -186,23 +186,25 @@ def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
     )
 
 
-def _sampled_generate(*filters) -> Probe:
+def _sampled_generate(*filters, steps: int = 1) -> Probe:
     """A generate probe that samples one new token for 8,000 rows, two prompts in turn, at a drawn temperature and,
-    where `filters` are given, under a drawn top_k and top_p: against the distribution the model's logits give."""
+    where `filters` are given, under a drawn top_k and top_p: against the distribution the model's logits give.
+    `steps` 2: two new tokens, the second judged against the model's distribution after the first, and the two
+    judged independent of each other (`_compare_steps`)."""
     return _fn(
         "test_generate",
         "generate",
         ("table_lm", None),
         ("rows", ("tokens", ("pos",))),
-        ("int", (1, 1)),
+        ("int", (steps, steps)),
         ("int", NEVER_EOS),
         ("real", (0.7, 1.3)),
         *filters,
         ("generator", None),
         keywords=("eos_token_id", "temperature", *(("top_k", "top_p") if filters else ()), "generator"),
         compare="samples",
-        expect="generate_distribution",
-        script="last_new_tokens",
+        expect="generate_distribution" if steps == 1 else "generate_steps",
+        script="last_new_tokens" if steps == 1 else "new_tokens",
     )
 
 
@@ -733,6 +735,10 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
         # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
         _sampled_generate(),
+        # ... two new tokens: the second from the model's distribution after the first, drawn independently of it (a
+        # generate that gave sample_next_token a generator seeded afresh from the given one's seed at every step
+        # drew every step from the same numbers, and passed while one new token was judged: red-team round 40)
+        _sampled_generate(steps=2),
         # ... one prompt alone: a batch of one row
         _greedy_generate(("table_lm", None), ("tokens", (1, "pos")), (2, 8), ("int", NEVER_EOS)),
         # ... no new token
@@ -1427,6 +1433,13 @@ def _padded_generate_steps(course, model, prompts, new_tokens, eos, pad, n_ctx) 
     return padded_generate_steps(course.padded_generate, model, prompts, new_tokens, eos, pad, n_ctx)
 
 
+def _generate_steps(course, model, tokens, max_new_tokens, eos_token_id, temperature, generator) -> dict:
+    """What two new tokens must be drawn from: the first as `_generate_distribution`'s ("probs"), the second from
+    the bigram stand-in's logits after the first ("table", at "temperature"), computed once the draws are known."""
+    first = _generate_distribution(course, model, tokens, max_new_tokens, eos_token_id, temperature, generator)
+    return {"probs": first, "table": model.table.detach().clone(), "temperature": temperature, "course": course}
+
+
 def _generate_distribution(
     course, model, tokens, max_new_tokens, eos_token_id, temperature, generator, top_k=None, top_p=None
 ):
@@ -1457,6 +1470,7 @@ def _beam_cases(course, seed: int) -> dict:
 EXPECTATIONS = {
     "beam_cases": _beam_cases,
     "generate_distribution": _generate_distribution,
+    "generate_steps": _generate_steps,
     "cached_steps": _cached_steps,
     "sampling_orders": _sampling_orders,
     "train_batches": _train_batches,
@@ -2434,7 +2448,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                 replicas = []
             if probe.output == "tuple" and not probe.expect:
                 expected = {str(i): value for i, value in enumerate(expected)}
-            if probe.expect in ("segment_rules", "train_batches", "addition_run"):
+            if probe.expect in ("segment_rules", "train_batches", "addition_run", "generate_steps"):
                 prepared.expected[name] = expected
             elif probe.expect == "sampling_orders" or probe.output in ("dict", "tuple"):
                 prepared.expected[name] = {k: v.detach().clone() for k, v in expected.items()}
@@ -2603,6 +2617,8 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
     from harness._assertions import mismatch_summary
 
     alternatives = {}
+    if isinstance(expected, dict) and "table" in expected:  # two steps of a generation
+        return _compare_steps(got, expected)
     if isinstance(expected, dict):  # a sampling distribution, with others the draws may follow instead
         alternatives = {k: v for k, v in expected.items() if k != "probs"}
         expected = expected["probs"]
@@ -2733,6 +2749,49 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
         if _rows_off(got, other, SAMPLE_CALLS) is None:
             return f"{mistake}: its draws follow that distribution, not the course's ({why})"
     return why
+
+
+def _compare_steps(got, expected: dict) -> str | None:
+    """Two new tokens a row [SAMPLES 2]: the first against its distribution as one new token is (`_compare_samples`);
+    the second against the bigram stand-in's distribution after the first, draw by draw (`_uniforms_off`); the rows'
+    second tokens independent of each other, and each row's two tokens independent of each other (given the
+    first, the second's number is fresh: `_dependent_draws`)."""
+    import torch
+
+    from harness.sampling_checks import _dependent_draws, _uniforms_off
+
+    if (
+        not isinstance(got, torch.Tensor)
+        or tuple(got.shape) != (SAMPLES, 2)
+        or got.dtype not in (torch.int64, torch.int32)
+    ):
+        shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        return f"the new tokens have shape {shape}, expected [{SAMPLES}, 2] token ids (two new tokens a row)"
+    why = _compare_samples(got[:, 0], expected["probs"])
+    if why is not None:
+        return f"its first new token: {why}"
+    first, second = got[:, 0].long(), got[:, 1].long()
+    table = expected["table"]
+    if (second < 0).any() or (second >= table.shape[-1]).any():
+        return "its second new token: drew token ids outside the vocabulary"
+    after = expected["course"].apply_temperature(table[first], expected["temperature"]).double().softmax(-1)
+    odd = _uniforms_off(second, after, SAMPLE_TAIL)
+    rows = expected["probs"].reshape(-1, table.shape[-1])
+    kinds = torch.cat([torch.arange(n) for n in SAMPLE_CALLS]) % len(rows)
+    steps = [("a row's first and second new tokens", [(i, SAMPLES + i) for i in range(SAMPLES)])]
+    both, due = torch.cat([first, second]), torch.cat([rows[kinds].double(), after])
+    # the steps' dependence first: a step that draws the numbers of the step before misses the distribution too
+    why = _dependent_draws(both, due, (), SAMPLE_TAIL, followed=odd is None, pairings=steps)
+    if why is None and odd is not None:
+        cell, count, mean = odd
+        why = (
+            f"it does not follow the model's distribution after the first (at the temperature given): {count} of "
+            f"its {SAMPLES} draws fell in the {cell + 1}th 64th of their cumulative distributions, where about "
+            f"{mean:.0f} are due"
+        )
+    if why is None:
+        why = _dependent_draws(second, after, SAMPLE_CALLS, SAMPLE_TAIL)
+    return None if why is None else f"its second new token: {why}"
 
 
 def _rows_off(got, probs, calls: tuple[int, ...]) -> str | None:

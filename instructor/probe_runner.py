@@ -1346,6 +1346,11 @@ def last_new_tokens(generate, *args, **kwargs):
     return _plain(same_seed_twice(generate, *args, **kwargs), "the tokens")[:, -1]
 
 
+def new_tokens(generate, tokens_model, tokens, *args, **kwargs):
+    """The new columns of `generate`'s tokens, made twice from generators in the same state (`same_seed_twice`)."""
+    return _plain(same_seed_twice(generate, tokens_model, tokens, *args, **kwargs), "the tokens")[:, tokens.shape[1] :]
+
+
 def after_a_first_call(sample, *args, **kwargs):
     """`same_seed_twice`'s output from the generator given, once a first call has drawn with it: a call must leave
     its generator further on, as drawing with it does (a sampler that drew from a copy of the generator's state left
@@ -2022,6 +2027,7 @@ SCRIPTS = {
     "same_seed_twice": same_seed_twice,
     "after_a_first_call": after_a_first_call,
     "last_new_tokens": last_new_tokens,
+    "new_tokens": new_tokens,
     "padded_generate_steps": padded_generate_steps,
     "decode_once": decode_once,
     "padded_steps": padded_steps,

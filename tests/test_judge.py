@@ -1589,6 +1589,23 @@ MISTAKES += [
     ),
 ]
 
+# A generation whose every step draws the same random numbers (red-team round 40: a generator seeded afresh from the
+# given one's seed at each step; right on one new token, the only one judged then).
+MISTAKES += [
+    (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
+        (
+            "        given = sampling.get('generator')\n"
+            "        fresh = {**sampling, 'generator': torch.Generator().manual_seed(given.initial_seed())} if given else "
+            "sampling\n"
+            "        next_token = sample_next_token(logits, tokens, **fresh)  # [batch]\n"
+        ),
+        "a row's first and second new tokens",
+    ),
+]
+
 
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
