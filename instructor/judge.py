@@ -2078,6 +2078,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
     if kind in ("table_seq2seq", "ending_seq2seq", "lasting_seq2seq"):
         table = torch.randn((dims["d_vocab"], dims["d_vocab"]), generator=gen)
         table[:, dims["eos_id"]] += 1.0  # EOS often enough that rows finish at different steps
+        # ... and BOS the likeliest after one prefix in five: it is a token the decoder may emit (one that never
+        # predicted it passed: mutation sweep 11)
+        some = torch.arange(len(table)) % 5 == 0
+        table[some, dims["bos_id"]] = table[some].max(dim=-1).values + 0.5
         if kind == "ending_seq2seq":  # ... or EOS the likeliest after any prefix, whatever the source adds
             table[:, dims["eos_id"]] = table.max(dim=-1).values + 10
         if kind == "lasting_seq2seq":  # ... or never the likeliest

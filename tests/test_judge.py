@@ -1606,6 +1606,20 @@ MISTAKES += [
     ),
 ]
 
+MISTAKES += [
+    (  # a decoder that never predicts BOS (mutation sweep 11)
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]",
+        (
+            "        logits = model.decode(tgt, memory, src)[:, -1]\n"
+            '        logits[:, cfg.bos_id] = float("-inf")  # never predict BOS\n'
+            "        next_token = logits.argmax(dim=-1)"
+        ),
+        ("differs from the course's", "has shape"),
+    ),
+]
+
 
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
