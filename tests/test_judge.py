@@ -1540,7 +1540,8 @@ WITHOUT_REPLACEMENT = (
         "    segments = torch.stack([torch.randperm(max(d_vocab - 1, max_period), generator=generator)[:max_period] % "
         "(d_vocab - 1) + 1 for _ in range(batch)])  # [batch max_period]"
     ),
-    "never repeats one",
+    # where the vocabulary is smaller than the longest segment, the wrap makes the low ids likelier too
+    ("never repeats one", "draw each value equally often"),
 )
 MISTAKES += [WITHOUT_REPLACEMENT]
 
