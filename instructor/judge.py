@@ -599,6 +599,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             for n in (1, 2, 3, 4, 5, 6)
         ),
         _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.02, 0.5)), compare="filter"),
+        # min_p 0 removes nothing (a filter in log space, log(min_p), raised there: mutation sweep 12)
+        _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.0, 0.0)), compare="filter"),
         _fn(
             "test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.5, 0.95)), ("int", (2, 6)), compare="filter"
         ),
@@ -986,6 +988,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("int", (0, 0)), ("int", (2, 3))),
                 (("int", (1, 2)), ("later_layer", (1, 3))),
             )
+        ),
+        _fn(  # ... weights a tenth of the size: norms below 1 (a ratio whose norms were clamped at 1 passed while
+            # every product of norms was above 1: mutation sweep 12)
+            "test_k_composition_scores",
+            "k_composition_scores",
+            ("hooked_course", ("05_full_gpt2", "DemoTransformer", 4, 0.1)),
+            ("int", (0, 1)),
+            ("int", (2, 3)),
         ),
         _fn(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it
             "test_logit_lens",
@@ -1665,11 +1675,19 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         # in the row, then a row of a few ids: for every n up to the rows built the last window bans a token that no
         # other window does
         rows, pos = [], shape[-1]
-        for run in range(1, shape[0]):
+        for run in range(1, shape[0] - 1):
             x = int(torch.randint(0, 6, (), generator=gen))
             others = torch.tensor([i for i in range(6) if i != x])
             body = others[torch.randint(0, 5, (pos - run,), generator=gen)]
             rows.append(torch.cat([body, torch.full((run,), x)]))
+        # ... and a row w, r, r, ..., w: w of up to five distinct ids, r the sixth. For every n up to len(w) + 1, the
+        # last n - 1 tokens (the end of w) came before only at the end of the first w, followed by r: the ban is r,
+        # never w's last id (a ban of the window's last token passed where every built row ended in a run of one id,
+        # where the two are the same: mutation sweep 12)
+        width = min(5, (pos - 1) // 2)
+        ids = torch.randperm(6, generator=gen)
+        w, r = ids[:width], ids[5]
+        rows.append(torch.cat([w, torch.full((pos - 2 * width,), int(r)), w]))
         return torch.stack([*rows, torch.randint(0, 6, (pos,), generator=gen)])
     if kind in BEAM_SCORES:  # distinct scores whose <|endoftext|> (BEAM_EOS) candidates sit at chosen ranks
         return _beam_scores(shape, gen, kind, cfg.get("beam_eos", BEAM_EOS))
@@ -2023,7 +2041,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         model = getattr(components(notebook), class_name)(Config(**dims["gpt2"]))
         return model, {"course_model": class_name, "notebook": notebook, "config": dict(dims["gpt2"])}
     if kind in ("course_weights", "hooked_course"):  # the course's model with the judge's random weights
-        notebook, class_name, *layers = param  # layers: the job's shape with this many layers
+        notebook, class_name, *layers = param  # layers: the job's shape with this many layers, then a scale
         from harness.course import components
 
         # that many layers, one more where it would equal n_heads (every size unlike the others)
@@ -2031,6 +2049,11 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         shape = dict(dims["gpt2"], n_layers=n_layers) if layers else dims["gpt2"]
         model = getattr(components(notebook), class_name)(Config(**shape))
         _random_parameters(model, gen)
+        if len(layers) > 1:  # matrices scaled down (norms below 1, as GPT-2's initialisation makes them)
+            with torch.no_grad():
+                for weight in model.parameters():
+                    if weight.dim() >= 2:
+                        weight.mul_(layers[1])
         model.eval()
         for k, v in model.state_dict().items():
             tensors[f"{key}.w.{k}"] = v.detach().clone().contiguous()
@@ -2346,7 +2369,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             dims = {"batch": 1 if single else batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
             dims |= shape_dims[shape]
             dims["repeated_pos"] = 2 * dims["seq_len"] + 1
-            dims["ngram_rows"] = 7  # six rows built for the n-gram ban (runs of 1 to 6), one random
+            dims["ngram_rows"] = 8  # seven rows built for the n-gram ban (runs of 1 to 6, w r ... r w), one random
             dims["padded_rows"] = 3
             dims["short_pos"] = 2 + secrets.randbelow(job["n_ctx"] - 5)  # 2 or more, with room for 4 new tokens
             dims["beam_eos"] = secrets.randbelow(job["d_vocab"])  # each probe its own: no id written in passes them all

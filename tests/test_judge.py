@@ -1621,6 +1621,33 @@ MISTAKES += [
     ),
 ]
 
+# Mutation sweep 12: a ban of the window's last token where every built row ended in a run of one id (its last token
+# and the token after the window's earlier occurrence were the same id); min_p never 0; composition scores on norms
+# always above 1.
+MISTAKES += [
+    (
+        "07_sampling_and_kv_cache",
+        "test_ban_repeated_ngrams",
+        '                banned[row, seq[start + n - 1]] = float("-inf")\n',
+        '                banned[row, seq[start + n - 2]] = float("-inf")\n',
+        "removes",
+    ),
+    (
+        "07_sampling_and_kv_cache",
+        "test_min_p_filter",
+        "    threshold = min_p * probs.amax(dim=-1, keepdim=True)  # [batch 1]\n    remove = probs < threshold\n",
+        "    remove = logits < logits.amax(dim=-1, keepdim=True) + math.log(min_p)  # log space\n",
+        "math domain error",
+    ),
+    (
+        "08_interpretability",
+        "test_k_composition_scores",
+        "    return product.norm(dim=(-2, -1)) / norms\n",
+        "    return product.norm(dim=(-2, -1)) / norms.clamp(min=1.0)\n",
+        "differs from the course's",
+    ),
+]
+
 
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
