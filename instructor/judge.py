@@ -67,6 +67,7 @@ SMALL = {
 # An end-of-sequence id no model of the job's vocabulary emits: every row then runs its full length. Sizes in the
 # probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
 NEVER_EOS = ("d_vocab", "d_vocab")
+GENERATE_STEPS = 4  # new tokens of the probe that judges a generation's steps (`_compare_steps`)
 REDRAWS = 50  # draws of a probe's arguments until they separate what it is for (`UNTIL`, "generate_eos")
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
@@ -189,8 +190,8 @@ def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
 def _sampled_generate(*filters, steps: int = 1) -> Probe:
     """A generate probe that samples one new token for 8,000 rows, two prompts in turn, at a drawn temperature and,
     where `filters` are given, under a drawn top_k and top_p: against the distribution the model's logits give.
-    `steps` 2: two new tokens, the second judged against the model's distribution after the first, and the two
-    judged independent of each other (`_compare_steps`)."""
+    `steps` more: that many new tokens, each judged against the model's distribution after the token before, and
+    every two steps judged independent of each other (`_compare_steps`)."""
     return _fn(
         "test_generate",
         "generate",
@@ -737,10 +738,11 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
         # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
         _sampled_generate(),
-        # ... two new tokens: the second from the model's distribution after the first, drawn independently of it (a
-        # generate that gave sample_next_token a generator seeded afresh from the given one's seed at every step
-        # drew every step from the same numbers, and passed while one new token was judged: red-team round 40)
-        _sampled_generate(steps=2),
+        # ... four new tokens: each from the model's distribution after the one before, every two drawn independently
+        # of each other (a generate that gave sample_next_token a generator seeded afresh from the given one's seed
+        # at every step drew every step from the same numbers, and passed while one new token was judged: red-team
+        # round 40; one that put its generator back to its first state before the third step passed while two were)
+        _sampled_generate(steps=GENERATE_STEPS),
         # ... one prompt alone: a batch of one row
         _greedy_generate(("table_lm", None), ("tokens", (1, "pos")), (2, 8), ("int", NEVER_EOS)),
         # ... no new token
@@ -2779,46 +2781,60 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
 
 
 def _compare_steps(got, expected: dict) -> str | None:
-    """Two new tokens a row [SAMPLES 2]: the first against its distribution as one new token is (`_compare_samples`);
-    the second against the bigram stand-in's distribution after the first, draw by draw (`_uniforms_off`); the rows'
-    second tokens independent of each other, and each row's two tokens independent of each other (given the
-    first, the second's number is fresh: `_dependent_draws`)."""
+    """GENERATE_STEPS new tokens a row [SAMPLES k]: the first against its distribution as one new token is
+    (`_compare_samples`); each later one against the bigram stand-in's distribution after the token before, draw by
+    draw (`_uniforms_off`); every two of a row's steps independent of each other (a step's number is fresh, whatever
+    step it follows: `_dependent_draws` over each pair of steps), and each step's draws independent across rows."""
     import torch
 
     from harness.sampling_checks import _dependent_draws, _uniforms_off
 
+    k = GENERATE_STEPS
     if (
         not isinstance(got, torch.Tensor)
-        or tuple(got.shape) != (SAMPLES, 2)
+        or tuple(got.shape) != (SAMPLES, k)
         or got.dtype not in (torch.int64, torch.int32)
     ):
         shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-        return f"the new tokens have shape {shape}, expected [{SAMPLES}, 2] token ids (two new tokens a row)"
+        return f"the new tokens have shape {shape}, expected [{SAMPLES}, {k}] token ids ({k} new tokens a row)"
     why = _compare_samples(got[:, 0], expected["probs"])
     if why is not None:
         return f"its first new token: {why}"
-    first, second = got[:, 0].long(), got[:, 1].long()
-    table = expected["table"]
-    if (second < 0).any() or (second >= table.shape[-1]).any():
-        return "its second new token: drew token ids outside the vocabulary"
-    after = expected["course"].apply_temperature(table[first], expected["temperature"]).double().softmax(-1)
-    odd = _uniforms_off(second, after, SAMPLE_TAIL)
+    got, table = got.long(), expected["table"]
+    if (got < 0).any() or (got >= table.shape[-1]).any():
+        return "it drew token ids outside the vocabulary"
     rows = expected["probs"].reshape(-1, table.shape[-1])
     kinds = torch.cat([torch.arange(n) for n in SAMPLE_CALLS]) % len(rows)
-    steps = [("a row's first and second new tokens", [(i, SAMPLES + i) for i in range(SAMPLES)])]
-    both, due = torch.cat([first, second]), torch.cat([rows[kinds].double(), after])
-    # the steps' dependence first: a step that draws the numbers of the step before misses the distribution too
-    why = _dependent_draws(both, due, (), SAMPLE_TAIL, followed=odd is None, pairings=steps)
-    if why is None and odd is not None:
-        cell, count, mean = odd
-        why = (
-            f"it does not follow the model's distribution after the first (at the temperature given): {count} of "
-            f"its {SAMPLES} draws fell in the {cell + 1}th 64th of their cumulative distributions, where about "
-            f"{mean:.0f} are due"
-        )
-    if why is None:
-        why = _dependent_draws(second, after, SAMPLE_CALLS, SAMPLE_TAIL)
-    return None if why is None else f"its second new token: {why}"
+    due = [rows[kinds].double()]  # each step's distributions, draw by draw
+    for step in range(1, k):
+        due.append(expected["course"].apply_temperature(table[got[:, step - 1]], expected["temperature"]).double())
+        due[-1] = due[-1].softmax(-1)
+    odd = [None, *(_uniforms_off(got[:, step], due[step], SAMPLE_TAIL) for step in range(1, k))]
+    every, probs = got.T.reshape(-1), torch.cat(due)  # step after step
+    ordinal = ("first", "second", "third", "fourth", "fifth", "sixth")
+    for a in range(k):  # the steps' dependence first: a step that draws an earlier step's numbers misses its
+        for b in range(a + 1, k):  # distribution too
+            pairs = [
+                (
+                    f"a row's {ordinal[a]} and {ordinal[b]} new tokens",
+                    [(a * SAMPLES + i, b * SAMPLES + i) for i in range(SAMPLES)],
+                )
+            ]
+            why = _dependent_draws(every, probs, (), SAMPLE_TAIL, followed=odd[b] is None, pairings=pairs)
+            if why is not None:
+                return f"its {ordinal[b]} new token: {why}"
+    for step in range(1, k):
+        if odd[step] is not None:
+            cell, count, mean = odd[step]
+            return (
+                f"its {ordinal[step]} new token does not follow the model's distribution after the token before (at "
+                f"the temperature given): {count} of its {SAMPLES} draws fell in the {cell + 1}th 64th of their "
+                f"cumulative distributions, where about {mean:.0f} are due"
+            )
+        why = _dependent_draws(got[:, step], due[step], SAMPLE_CALLS, SAMPLE_TAIL)
+        if why is not None:
+            return f"its {ordinal[step]} new token: {why}"
+    return None
 
 
 def _rows_off(got, probs, calls: tuple[int, ...]) -> str | None:

@@ -1605,6 +1605,20 @@ MISTAKES += [
         ),
         "a row's first and second new tokens",
     ),
+    (  # ... the generator put back to its first state before the third step (red-team round 41)
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
+        (
+            "        given = sampling.get('generator')\n"
+            "        if given is not None and _ == 0:\n"
+            "            saved = given.get_state()\n"
+            "        if given is not None and _ == 2:\n"
+            "            given.set_state(saved)\n"
+            "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n"
+        ),
+        "a row's first and third new tokens",
+    ),
 ]
 
 MISTAKES += [
