@@ -1453,9 +1453,7 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     nets = [copy.deepcopy(model) for _ in runs]
     out = {}
     norms: list[float] = []
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    hooks = [register_optimizer_step_post_hook(_step_norms(net, norms)) for net in nets]
+    hooks = [hook(step) for net in nets for hook, step in zip(_step_hooks(), _step_norms(net, norms), strict=True)]
     try:
         for scope in scopes.values():
             scope["addition_data"] = addition_data
@@ -1621,24 +1619,50 @@ def train_batches(train, model, train_windows, val_windows, args, again: bool = 
     return out
 
 
+def _step_hooks() -> tuple:
+    """torch's registrations of a step's hooks for every optimizer, in `_step_norms`' order (before, after)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    return register_optimizer_step_pre_hook, register_optimizer_step_post_hook
+
+
 NEVER_CLIPS = 1e6  # a clip no gradient of the judge's models reaches (their norms are about 2 to 6)
 
 
-def _step_norms(model, norms: list):
-    """An optimizer-step hook that appends the norm of `model`'s gradients at each step of an optimizer of its
-    parameters: AdamW's step is blind to a gradient's scale, so a clip of another size, none, or a loss of another
-    scale (summed over rows, parts of a batch not divided) trains the course's weights; the gradient it stepped
-    with does not (mutation sweep 11: all five passed, their weights the course's)."""
+def _step_norms(model, norms: list) -> tuple:
+    """Optimizer-step hooks (before, after) that append the norm of `model`'s gradients at each step of an optimizer
+    of its parameters: AdamW's step is blind to a gradient's scale, so a clip of another size, none, or a loss of
+    another scale (summed over rows, parts of a batch not divided) trains the course's weights; the gradient it
+    stepped with does not (mutation sweep 11: all five passed, their weights the course's). Read before the step,
+    where the hooks of the learner's own optimizer have not run yet (one of its post-hooks rescaled .grad after the
+    step had used it: red-team round 41); a step given a closure computes its gradient inside itself, read after."""
     import torch
 
     mine = {id(p) for p in model.parameters()}
+    closures: list = []
 
-    def stepped(optimizer, *_):
-        if any(id(p) in mine for group in optimizer.param_groups for p in group["params"]):
-            grads = [p.grad.detach().double().norm() for p in model.parameters() if p.grad is not None]
-            norms.append(float(torch.stack(grads).norm()) if grads else 0.0)
+    def ours(optimizer) -> bool:
+        return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])
 
-    return stepped
+    def norm() -> float:
+        grads = [p.grad.detach().double().norm() for p in model.parameters() if p.grad is not None]
+        return float(torch.stack(grads).norm()) if grads else 0.0
+
+    def before(optimizer, args=(), kwargs=None):
+        if not ours(optimizer):
+            return
+        given = args[1:] if args and args[0] is optimizer else args
+        if (given and callable(given[0])) or callable((kwargs or {}).get("closure")):
+            closures.append(optimizer)
+            return
+        norms.append(norm())
+
+    def after(optimizer, *_):
+        if closures and closures[-1] is optimizer:
+            closures.pop()
+            norms.append(norm())
+
+    return before, after
 
 
 def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[list, dict]:
@@ -1669,7 +1693,7 @@ def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[
     handles = (
         embed.register_forward_pre_hook(record),
         register_optimizer_step_post_hook(stepped),
-        register_optimizer_step_post_hook(_step_norms(model, norms)),
+        *(hook(step) for hook, step in zip(_step_hooks(), _step_norms(model, norms), strict=True)),
     )
     try:
         with torch.enable_grad():

@@ -1570,6 +1570,19 @@ MISTAKES += [
         TRAIN_CLIP.replace("        loss.backward()\n", "        (loss * args.batch_size).backward()\n"),
         GRAD_NORM,
     ),
+    (  # ... with a hook of the optimizer's own that scales .grad back once the step has used it (red-team round 41)
+        "06_training",
+        "test_train",
+        TRAIN_CLIP,
+        TRAIN_CLIP.replace(
+            "        loss.backward()\n",
+            "        if step == 0:\n"
+            "            optimizer.register_step_post_hook(lambda opt, *a: [p.grad.div_(args.batch_size) for p in "
+            "model.parameters() if p.grad is not None])\n"
+            "        (loss * args.batch_size).backward()\n",
+        ),
+        GRAD_NORM,
+    ),
     (  # parts of a batch, their losses added and not weighted by their share
         "06_training",
         "test_train_addition",
