@@ -340,8 +340,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "test_attention_pattern",
             "attention_pattern",
             ("large_logits", ("batch", "n_heads", "pos", "pos")),
-            hint="on scores of hundreds, where scores near 1 were right: exp overflows past about 88 in float32 "
-            "(inf / inf is NaN); subtract each row's largest score first, or use softmax",
+            hint="on scores of hundreds, where scores near 1 were right: in float32 exp overflows past about 88 and "
+            "underflows below about -103, so an exp over a sum (inf / inf) or probabilities renormalised after a "
+            "mask (0 / 0) give NaN there; mask the scores first, then take the softmax",
         ),
         _fn(
             "test_weighted_values",

@@ -1675,6 +1675,17 @@ MISTAKES += [
     ),
 ]
 
+MISTAKES += [
+    (  # softmax first, then the mask, then renormalised: 0 / 0 on large scores (mutation sweep 13; the message
+        # named only overflow, to a learner who had used softmax)
+        "03_attention",
+        "test_attention_pattern",
+        "    return apply_causal_mask(attn_scores).softmax(dim=-1)\n",
+        "    p = attn_scores.softmax(dim=-1)\n    p = apply_causal_mask(p, 0.0)\n    return p / p.sum(dim=-1, keepdim=True)\n",
+        "renormalised after a mask",
+    ),
+]
+
 
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
