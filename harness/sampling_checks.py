@@ -596,6 +596,11 @@ def _uniforms(draws: Tensor, probs: Tensor) -> Tensor:
     return start + own * torch.rand(len(draws), dtype=torch.float64, generator=generator)
 
 
+def _cells(draws: Tensor, probs: Tensor) -> Tensor:
+    """Each draw's cell of PAIR_CELLS along [0, 1) (`_uniforms`): the coordinate a pair of draws is counted by."""
+    return (_uniforms(draws, probs) * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
+
+
 def _uniforms_off(draws: Tensor, probs: Tensor, rare: float, cells: int = 64) -> tuple[int, int, float] | None:
     """(cell, count, expected) where draws whose distributions differ draw by draw do not follow them: `_uniforms` in
     `cells` equal cells, a cell's count beyond its binomial tail `rare`; or None."""
@@ -617,6 +622,7 @@ def _dependent_draws(
     followed: bool = True,
     kinds: Tensor | None = None,
     pairings: list | None = None,
+    cells: Tensor | None = None,
 ) -> str | None:
     """What shows that draws are not drawn independently of each other, if anything does.
 
@@ -628,8 +634,8 @@ def _dependent_draws(
     row from one random number, or from numbers a fixed step apart, follows each row's distribution and still does
     this). Where the draws do not follow their distributions (`followed=False`), a cell's expectation is the product
     of the grid's observed margins instead, pairs of each two `kinds` of rows (which distribution each row draws
-    from) apart, so that only dependence is judged."""
-    cell = (_uniforms(draws, probs) * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
+    from) apart, so that only dependence is judged. `cells`: the draws' cells (`_cells`), where already known."""
+    cell = _cells(draws, probs) if cells is None else cells
     for where, pairs in _pairings(calls) if pairings is None else pairings:
         first, second = [a for a, _ in pairs], [b for _, b in pairs]
         if len(first) < 8 * PAIR_CELLS**2:
@@ -640,7 +646,7 @@ def _dependent_draws(
         if followed:
             p = torch.full((PAIR_CELLS**2,), 1 / PAIR_CELLS**2, dtype=torch.float64)
         else:
-            kind = torch.zeros(len(draws), dtype=torch.long) if kinds is None else kinds.long()
+            kind = torch.zeros(len(cell), dtype=torch.long) if kinds is None else kinds.long()
             pair = kind[first] * (int(kind.max()) + 1) + kind[second]
             p = torch.zeros(PAIR_CELLS**2, dtype=torch.float64)
             for t in pair.unique():  # pairs of one kind: independent draws give the product of their margins

@@ -322,15 +322,12 @@ class _StepWatcher:
         return any(p is q for group in optimizer.param_groups for p in group["params"] for q in self.params[:1])
 
     def __call__(self, optimizer, args=(), kwargs=None):
-        """Before a step. A step given a closure (`optimizer.step(closure)`, as LBFGS needs it) runs the forward and
-        the backward inside itself: it is checked once it has run, at the weights it started from (`after_step`)."""
-        if not self._ours(optimizer):
-            return
-        given = args[1:] if args and args[0] is optimizer else args  # torch passes step's own arguments, self first
-        if (given and callable(given[0])) or callable((kwargs or {}).get("closure")):
+        """Before a step: its starting weights are kept, and the step is checked once it has run, at those weights
+        (`after_step`). The gradients it used are there then, whatever ran between: a step given a closure
+        (`optimizer.step(closure)`, as LBFGS needs it) runs the forward and the backward inside itself, and a clip
+        in a pre-hook of the optimizer's own runs after every global pre-hook (red-team round 42: refused)."""
+        if self._ours(optimizer):
             self.pending = [p.detach().clone() for p in self.params]
-            return
-        self._check_step(optimizer)
 
     def after_step(self, optimizer, args=(), kwargs=None):
         if not self._ours(optimizer):

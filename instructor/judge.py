@@ -67,7 +67,7 @@ SMALL = {
 # An end-of-sequence id no model of the job's vocabulary emits: every row then runs its full length. Sizes in the
 # probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
 NEVER_EOS = ("d_vocab", "d_vocab")
-GENERATE_STEPS = 4  # new tokens of the probe that judges a generation's steps (`_compare_steps`)
+GENERATE_STEPS = (12, 24)  # new tokens of the probe that judges a generation's steps, drawn (`_compare_steps`)
 REDRAWS = 50  # draws of a probe's arguments until they separate what it is for (`UNTIL`, "generate_eos")
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
@@ -187,25 +187,25 @@ def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
     )
 
 
-def _sampled_generate(*filters, steps: int = 1) -> Probe:
+def _sampled_generate(*filters, steps: tuple[int, int] = (1, 1)) -> Probe:
     """A generate probe that samples one new token for 8,000 rows, two prompts in turn, at a drawn temperature and,
     where `filters` are given, under a drawn top_k and top_p: against the distribution the model's logits give.
-    `steps` more: that many new tokens, each judged against the model's distribution after the token before, and
-    every two steps judged independent of each other (`_compare_steps`)."""
+    `steps` past (1, 1): that many new tokens (drawn between the bounds), each judged against the model's
+    distribution after the token before, and every two steps judged independent of each other (`_compare_steps`)."""
     return _fn(
         "test_generate",
         "generate",
         ("table_lm", None),
         ("rows", ("tokens", ("pos",))),
-        ("int", (steps, steps)),
+        ("int", steps),
         ("int", NEVER_EOS),
         ("real", (0.7, 1.3)),
         *filters,
         ("generator", None),
         keywords=("eos_token_id", "temperature", *(("top_k", "top_p") if filters else ()), "generator"),
         compare="samples",
-        expect="generate_distribution" if steps == 1 else "generate_steps",
-        script="last_new_tokens" if steps == 1 else "new_tokens",
+        expect="generate_distribution" if steps == (1, 1) else "generate_steps",
+        script="last_new_tokens" if steps == (1, 1) else "new_tokens",
     )
 
 
@@ -739,10 +739,11 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
         # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
         _sampled_generate(),
-        # ... four new tokens: each from the model's distribution after the one before, every two drawn independently
-        # of each other (a generate that gave sample_next_token a generator seeded afresh from the given one's seed
-        # at every step drew every step from the same numbers, and passed while one new token was judged: red-team
-        # round 40; one that put its generator back to its first state before the third step passed while two were)
+        # ... 12 to 24 new tokens: each from the model's distribution after the one before, every two drawn
+        # independently of each other (a generate that gave sample_next_token a generator seeded afresh from the
+        # given one's seed at every step drew every step from the same numbers, and passed while one new token was
+        # judged: red-team round 40; one that put its generator back before the third step passed while two were,
+        # round 41, and one that did so every four steps while four were, round 42)
         _sampled_generate(steps=GENERATE_STEPS),
         # ... one prompt alone: a batch of one row
         _greedy_generate(("table_lm", None), ("tokens", (1, "pos")), (2, 8), ("int", NEVER_EOS)),
@@ -1450,7 +1451,8 @@ def _generate_steps(course, model, tokens, max_new_tokens, eos_token_id, tempera
     """What two new tokens must be drawn from: the first as `_generate_distribution`'s ("probs"), the second from
     the bigram stand-in's logits after the first ("table", at "temperature"), computed once the draws are known."""
     first = _generate_distribution(course, model, tokens, max_new_tokens, eos_token_id, temperature, generator)
-    return {"probs": first, "table": model.table.detach().clone(), "temperature": temperature, "course": course}
+    table = model.table.detach().clone()
+    return {"probs": first, "table": table, "temperature": temperature, "course": course, "steps": max_new_tokens}
 
 
 def _generate_distribution(
@@ -2782,15 +2784,16 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
 
 
 def _compare_steps(got, expected: dict) -> str | None:
-    """GENERATE_STEPS new tokens a row [SAMPLES k]: the first against its distribution as one new token is
-    (`_compare_samples`); each later one against the bigram stand-in's distribution after the token before, draw by
-    draw (`_uniforms_off`); every two of a row's steps independent of each other (a step's number is fresh, whatever
-    step it follows: `_dependent_draws` over each pair of steps), and each step's draws independent across rows."""
+    """A generation's new tokens [SAMPLES steps], `steps` drawn (GENERATE_STEPS): the first against its distribution
+    as one new token is (`_compare_samples`); each later one against the bigram stand-in's distribution after the
+    token before, draw by draw (`_uniforms_off`); every two of a row's steps independent of each other (a step's
+    number is fresh, whatever step it follows or however far back: `_dependent_draws` over each pair of steps), and
+    each step's draws independent across rows."""
     import torch
 
-    from harness.sampling_checks import _dependent_draws, _uniforms_off
+    from harness.sampling_checks import _cells, _dependent_draws, _uniforms_off
 
-    k = GENERATE_STEPS
+    k = expected["steps"]
     if (
         not isinstance(got, torch.Tensor)
         or tuple(got.shape) != (SAMPLES, k)
@@ -2806,35 +2809,35 @@ def _compare_steps(got, expected: dict) -> str | None:
         return "it drew token ids outside the vocabulary"
     rows = expected["probs"].reshape(-1, table.shape[-1])
     kinds = torch.cat([torch.arange(n) for n in SAMPLE_CALLS]) % len(rows)
-    due = [rows[kinds].double()]  # each step's distributions, draw by draw
-    for step in range(1, k):
-        due.append(expected["course"].apply_temperature(table[got[:, step - 1]], expected["temperature"]).double())
-        due[-1] = due[-1].softmax(-1)
-    odd = [None, *(_uniforms_off(got[:, step], due[step], SAMPLE_TAIL) for step in range(1, k))]
-    every, probs = got.T.reshape(-1), torch.cat(due)  # step after step
-    ordinal = ("first", "second", "third", "fourth", "fifth", "sixth")
-    for a in range(k):  # the steps' dependence first: a step that draws an earlier step's numbers misses its
-        for b in range(a + 1, k):  # distribution too
+    cells, odd, across = [_cells(got[:, 0], rows[kinds].double())], [None], [None]
+    for step in range(1, k):  # each step's distributions, draw by draw, one step at a time (memory)
+        due = expected["course"].apply_temperature(table[got[:, step - 1]], expected["temperature"]).double()
+        due = due.softmax(-1)
+        cells.append(_cells(got[:, step], due))
+        odd.append(_uniforms_off(got[:, step], due, SAMPLE_TAIL))
+        across.append(_dependent_draws(got[:, step], due, SAMPLE_CALLS, SAMPLE_TAIL) if odd[-1] is None else None)
+    flat = torch.cat(cells)  # step after step
+    for b in range(1, k):  # the steps' dependence first: a step that draws an earlier step's numbers misses its
+        for a in range(b):  # distribution too
             pairs = [
                 (
-                    f"a row's {ordinal[a]} and {ordinal[b]} new tokens",
+                    f"new tokens {a + 1} and {b + 1} of a row",
                     [(a * SAMPLES + i, b * SAMPLES + i) for i in range(SAMPLES)],
                 )
             ]
-            why = _dependent_draws(every, probs, (), SAMPLE_TAIL, followed=odd[b] is None, pairings=pairs)
+            why = _dependent_draws(None, None, (), SAMPLE_TAIL, followed=odd[b] is None, pairings=pairs, cells=flat)
             if why is not None:
-                return f"its {ordinal[b]} new token: {why}"
+                return f"its new token {b + 1}: {why}"
     for step in range(1, k):
         if odd[step] is not None:
             cell, count, mean = odd[step]
             return (
-                f"its {ordinal[step]} new token does not follow the model's distribution after the token before (at "
-                f"the temperature given): {count} of its {SAMPLES} draws fell in the {cell + 1}th 64th of their "
+                f"its new token {step + 1} does not follow the model's distribution after the token before (at the "
+                f"temperature given): {count} of its {SAMPLES} draws fell in the {cell + 1}th 64th of their "
                 f"cumulative distributions, where about {mean:.0f} are due"
             )
-        why = _dependent_draws(got[:, step], due[step], SAMPLE_CALLS, SAMPLE_TAIL)
-        if why is not None:
-            return f"its {ordinal[step]} new token: {why}"
+        if across[step] is not None:
+            return f"its new token {step + 1}: {across[step]}"
     return None
 
 

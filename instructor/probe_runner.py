@@ -1453,7 +1453,9 @@ def addition_run(train_addition, model, args, n_digits: int, key: int, *, namesp
     nets = [copy.deepcopy(model) for _ in runs]
     out = {}
     norms: list[float] = []
-    hooks = [hook(step) for net in nets for hook, step in zip(_step_hooks(), _step_norms(net, norms), strict=True)]
+    watches = [_step_norms(net, norms) for net in nets]
+    hooks = [hook(step) for watch in watches for hook, step in zip(_step_hooks(), watch[:2], strict=True)]
+    hooks += [types.SimpleNamespace(remove=watch[2]) for watch in watches]
     try:
         for scope in scopes.values():
             scope["addition_data"] = addition_data
@@ -1629,17 +1631,42 @@ def _step_hooks() -> tuple:
 NEVER_CLIPS = 1e6  # a clip no gradient of the judge's models reaches (their norms are about 2 to 6)
 
 
-def _step_norms(model, norms: list) -> tuple:
-    """Optimizer-step hooks (before, after) that append the norm of `model`'s gradients at each step of an optimizer
-    of its parameters: AdamW's step is blind to a gradient's scale, so a clip of another size, none, or a loss of
-    another scale (summed over rows, parts of a batch not divided) trains the course's weights; the gradient it
-    stepped with does not (mutation sweep 11: all five passed, their weights the course's). Read before the step,
-    where the hooks of the learner's own optimizer have not run yet (one of its post-hooks rescaled .grad after the
-    step had used it: red-team round 41); a step given a closure computes its gradient inside itself, read after."""
+_USED_GRADIENTS: list = []  # listeners of `_step_norms`, told each gradient Adam's step takes
+
+
+def _hear_used_gradients() -> None:
+    """Adam's (and so AdamW's) `_init_group`, which gathers the gradients a step uses, wrapped once per process to
+    tell `_USED_GRADIENTS` what it gathered: read where the step takes them, after every hook of the step has run."""
     import torch
 
+    original = torch.optim.Adam.__dict__.get("_init_group")
+    if original is None or getattr(original, "judged", False):
+        return
+
+    def _init_group(self, group, params_with_grad, grads, *rest, **kwargs):
+        out = original(self, group, params_with_grad, grads, *rest, **kwargs)
+        for listener in _USED_GRADIENTS:
+            listener(params_with_grad, grads)
+        return out
+
+    _init_group.judged = True
+    torch.optim.Adam._init_group = _init_group
+
+
+def _step_norms(model, norms: list) -> tuple:
+    """Optimizer-step hooks (before, after) that append the norm of the gradient each step of an optimizer of
+    `model`'s parameters used: AdamW's step is blind to a gradient's scale, so a clip of another size, none, or a
+    loss of another scale (summed over rows, parts of a batch not divided) trains the course's weights; the gradient
+    it stepped with does not (mutation sweep 11: all five passed, their weights the course's). For Adam and AdamW,
+    the gradients their step gathers (`_hear_used_gradients`), whatever the step's own hooks did to them before (a
+    post-hook that rescaled them after the step, red-team round 41; a clip in a pre-hook, honest, and one undone
+    there, round 42); for another optimizer, `.grad` before the step (after it, for a step given a closure). The
+    third value removes the listener."""
+    import torch
+
+    _hear_used_gradients()
     mine = {id(p) for p in model.parameters()}
-    closures: list = []
+    step = {"squares": 0.0, "heard": False, "closure": False}
 
     def ours(optimizer) -> bool:
         return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])
@@ -1648,21 +1675,26 @@ def _step_norms(model, norms: list) -> tuple:
         grads = [p.grad.detach().double().norm() for p in model.parameters() if p.grad is not None]
         return float(torch.stack(grads).norm()) if grads else 0.0
 
+    def heard(params, grads) -> None:
+        for p, g in zip(params, grads):
+            if id(p) in mine:
+                step["squares"] += float(g.detach().double().pow(2).sum())
+                step["heard"] = True
+
     def before(optimizer, args=(), kwargs=None):
-        if not ours(optimizer):
-            return
-        given = args[1:] if args and args[0] is optimizer else args
-        if (given and callable(given[0])) or callable((kwargs or {}).get("closure")):
-            closures.append(optimizer)
-            return
-        norms.append(norm())
+        if ours(optimizer):
+            given = args[1:] if args and args[0] is optimizer else args
+            closure = (given and callable(given[0])) or callable((kwargs or {}).get("closure"))
+            step.update(squares=0.0, heard=False, closure=closure, norm=None if closure else norm())
 
     def after(optimizer, *_):
-        if closures and closures[-1] is optimizer:
-            closures.pop()
-            norms.append(norm())
+        if ours(optimizer):
+            norms.append(
+                step["squares"] ** 0.5 if step["heard"] else step["norm"] if step["norm"] is not None else norm()
+            )
 
-    return before, after
+    _USED_GRADIENTS.append(heard)
+    return before, after, lambda: _USED_GRADIENTS.remove(heard) if heard in _USED_GRADIENTS else None
 
 
 def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[list, dict]:
@@ -1671,6 +1703,8 @@ def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[
     it where those rows make one batch of args.batch_size (gradients accumulated over parts of a batch are the
     batch's: red-team round 39), else the last of it (a forward run twice, once for the log). Where no optimizer of
     the model's parameters steps, each forward counts as a step's batch."""
+    import types
+
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -1690,10 +1724,12 @@ def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[
     embed = getattr(model, "embed", None)
     if not isinstance(embed, torch.nn.Module):
         raise ProbeError("the model has no `embed` module")  # the judge's own model: no learner's mistake
+    watch = _step_norms(model, norms)
     handles = (
         embed.register_forward_pre_hook(record),
         register_optimizer_step_post_hook(stepped),
-        *(hook(step) for hook, step in zip(_step_hooks(), _step_norms(model, norms), strict=True)),
+        *(hook(step) for hook, step in zip(_step_hooks(), watch[:2], strict=True)),
+        types.SimpleNamespace(remove=watch[2]),
     )
     try:
         with torch.enable_grad():

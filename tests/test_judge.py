@@ -1583,6 +1583,21 @@ MISTAKES += [
         ),
         GRAD_NORM,
     ),
+    (  # the clip undone in a pre-hook of the optimizer's own, which runs after every global one (red-team round 42)
+        "06_training",
+        "test_train",
+        TRAIN_CLIP,
+        TRAIN_CLIP.replace(
+            "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n",
+            "        if step == 0:\n"
+            "            box = [None]\n"
+            "            optimizer.register_step_pre_hook(lambda opt, *a: [p.grad.mul_(max(1.0, float(box[0]) / "
+            "args.grad_clip)) for p in model.parameters() if p.grad is not None] and None)\n"
+            "        loss.backward()\n"
+            "        box[0] = torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n",
+        ),
+        GRAD_NORM,
+    ),
     (  # parts of a batch, their losses added and not weighted by their share
         "06_training",
         "test_train_addition",
@@ -1616,7 +1631,21 @@ MISTAKES += [
             "sampling\n"
             "        next_token = sample_next_token(logits, tokens, **fresh)  # [batch]\n"
         ),
-        "a row's first and second new tokens",
+        "new tokens 1 and 2 of a row",
+    ),
+    (  # ... every four steps (red-team round 42)
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
+        (
+            "        given = sampling.get('generator')\n"
+            "        if given is not None and _ == 0:\n"
+            "            saved = given.get_state()\n"
+            "        if given is not None and _ > 0 and _ % 4 == 0:\n"
+            "            given.set_state(saved)\n"
+            "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n"
+        ),
+        "new tokens 1 and 5 of a row",
     ),
     (  # ... the generator put back to its first state before the third step (red-team round 41)
         "07_sampling_and_kv_cache",
@@ -1630,7 +1659,7 @@ MISTAKES += [
             "            given.set_state(saved)\n"
             "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n"
         ),
-        "a row's first and third new tokens",
+        "new tokens 1 and 3 of a row",
     ),
 ]
 
@@ -2903,6 +2932,23 @@ HONEST_VARIANTS = {
             "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n"
             "        optimizer.step()\n"
             "        scheduler.step()\n"
+        ),
+    ),
+    # the clip in a pre-hook of the optimizer's own, which runs after every global one (red-team round 42: refused
+    # by the check and the judge, which read the gradient before it)
+    "a clip in the optimizer's own pre-hook": (
+        "06_training",
+        "test_train",
+        (
+            "        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)\n        optimizer.step()\n"
+            "        ### END SOLUTION\n        history"
+        ),
+        (
+            "        if step == 0:\n"
+            "            optimizer.register_step_pre_hook(lambda opt, *a: [torch.nn.utils.clip_grad_norm_(model.parameters(), "
+            "args.grad_clip), None][1])\n"
+            "        optimizer.step()\n"
+            "        ### END SOLUTION\n        history"
         ),
     ),
     # what an encoder leaves at padded source positions is never attended to: memory is compared where the source is

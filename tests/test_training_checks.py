@@ -673,6 +673,7 @@ def test_train_addition_mistakes_are_named(mistake, phrase):
         "gradients accumulated over two parts drawn apart",
         "a forward run twice, once for the log",
         "lr_at through LambdaLR",
+        "a clip in the optimizer's own pre-hook",
     ],
 )
 def test_an_honest_training_step_passes_its_check(variant):
