@@ -586,9 +586,9 @@ def test_temperature_zero_as_a_tiny_temperature_is_refused():
 
 
 def _dependent_samplers():
-    from test_judge import DEPENDENT, MISTAKES
+    from test_judge import DEPENDENT, MISTAKES, SWEPT_MISTAKES
 
-    return [m for m in MISTAKES if m[4] == DEPENDENT]
+    return [m for m in [*MISTAKES, *SWEPT_MISTAKES.values()] if m[4] == DEPENDENT]
 
 
 @pytest.mark.parametrize("mistake", _dependent_samplers(), ids=lambda m: m[3].split("\n")[1].strip()[:40])
