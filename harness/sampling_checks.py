@@ -596,6 +596,23 @@ def _uniforms(draws: Tensor, probs: Tensor) -> Tensor:
     return start + own * torch.rand(len(draws), dtype=torch.float64, generator=generator)
 
 
+@functools.lru_cache(maxsize=64)
+def _uniform_tails(n: int) -> Tensor:
+    """For each count 0..n of n pairs in one of PAIR_CELLS^2 equally likely cells, the smaller of its two binomial
+    tails: what `_dependent_draws` holds each cell to where the draws follow their distributions."""
+    counts = torch.arange(n + 1)
+    p = torch.tensor([1 / PAIR_CELLS**2], dtype=torch.float64)
+    log_pmf = (
+        math.lgamma(n + 1)
+        - torch.lgamma(counts + 1.0)
+        - torch.lgamma(n - counts + 1.0)
+        + counts * math.log(float(p))
+        + (n - counts) * math.log1p(-float(p))
+    ).double()
+    pmf = log_pmf.exp()
+    return torch.minimum(pmf.cumsum(0), pmf.flip(0).cumsum(0).flip(0))
+
+
 def _cells(draws: Tensor, probs: Tensor) -> Tensor:
     """Each draw's cell of PAIR_CELLS along [0, 1) (`_uniforms`): the coordinate a pair of draws is counted by."""
     return (_uniforms(draws, probs) * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
@@ -606,8 +623,11 @@ def _uniforms_off(draws: Tensor, probs: Tensor, rare: float, cells: int = 64) ->
     `cells` equal cells, a cell's count beyond its binomial tail `rare`; or None."""
     u = _uniforms(draws, probs)
     counts = torch.bincount((u * cells).long().clamp(0, cells - 1), minlength=cells)
-    above, below = _binomial_tails(counts, len(u), torch.full((cells,), 1 / cells, dtype=torch.float64))
-    off = torch.minimum(above, below)
+    if cells == PAIR_CELLS**2:  # the tails of every count, computed once for this many draws
+        off = _uniform_tails(len(u))[counts]
+    else:
+        above, below = _binomial_tails(counts, len(u), torch.full((cells,), 1 / cells, dtype=torch.float64))
+        off = torch.minimum(above, below)
     if bool((off < rare).any()):
         worst = int(off.argmin())
         return worst, int(counts[worst]), len(u) / cells
@@ -637,15 +657,23 @@ def _dependent_draws(
     from) apart, so that only dependence is judged. `cells`: the draws' cells (`_cells`), where already known."""
     cell = _cells(draws, probs) if cells is None else cells
     for where, pairs in _pairings(calls) if pairings is None else pairings:
-        first, second = [a for a, _ in pairs], [b for _, b in pairs]
+        first, second = (
+            pairs
+            if isinstance(pairs, tuple)
+            else (
+                torch.tensor([a for a, _ in pairs], dtype=torch.long),
+                torch.tensor([b for _, b in pairs], dtype=torch.long),
+            )
+        )
         if len(first) < 8 * PAIR_CELLS**2:
             continue
         a, b = cell[first], cell[second]
         counts = torch.bincount(a * PAIR_CELLS + b, minlength=PAIR_CELLS**2)
         n = len(first)
-        if followed:
-            p = torch.full((PAIR_CELLS**2,), 1 / PAIR_CELLS**2, dtype=torch.float64)
-        else:
+        p = torch.full((PAIR_CELLS**2,), 1 / PAIR_CELLS**2, dtype=torch.float64)
+        if followed and not bool((_uniform_tails(n)[counts] < rare).any()):
+            continue  # the exact tails of every count, computed once for n pairs
+        if not followed:
             kind = torch.zeros(len(cell), dtype=torch.long) if kinds is None else kinds.long()
             pair = kind[first] * (int(kind.max()) + 1) + kind[second]
             p = torch.zeros(PAIR_CELLS**2, dtype=torch.float64)

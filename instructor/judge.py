@@ -2815,16 +2815,14 @@ def _compare_steps(got, expected: dict) -> str | None:
         due = due.softmax(-1)
         cells.append(_cells(got[:, step], due))
         odd.append(_uniforms_off(got[:, step], due, SAMPLE_TAIL))
-        across.append(_dependent_draws(got[:, step], due, SAMPLE_CALLS, SAMPLE_TAIL) if odd[-1] is None else None)
-    flat = torch.cat(cells)  # step after step
+        if step == 1 and odd[-1] is None:  # across rows: the first step's way (a later step shares the loop's)
+            across.append(_dependent_draws(got[:, step], due, SAMPLE_CALLS, SAMPLE_TAIL))
+        else:
+            across.append(None)
+    flat, index = torch.cat(cells), torch.arange(SAMPLES)  # step after step
     for b in range(1, k):  # the steps' dependence first: a step that draws an earlier step's numbers misses its
         for a in range(b):  # distribution too
-            pairs = [
-                (
-                    f"new tokens {a + 1} and {b + 1} of a row",
-                    [(a * SAMPLES + i, b * SAMPLES + i) for i in range(SAMPLES)],
-                )
-            ]
+            pairs = [(f"new tokens {a + 1} and {b + 1} of a row", (a * SAMPLES + index, b * SAMPLES + index))]
             why = _dependent_draws(None, None, (), SAMPLE_TAIL, followed=odd[b] is None, pairings=pairs, cells=flat)
             if why is not None:
                 return f"its new token {b + 1}: {why}"
