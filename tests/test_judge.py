@@ -2395,7 +2395,8 @@ SWEPT_MISTAKES = {
         "test_padded_generate",
         "            break\n        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)",
         "            continue\n        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)",
-        "or fewer once every row has emitted eos_token_id): ",
+        # or, where every row of the probe that fills the context finishes early, its tokens are too many
+        ("or fewer once every row has emitted eos_token_id): ", "the tokens up to n_ctx + 1 positions has shape"),
     ),
     "a causal mask by arithmetic (NaN where ignore is -inf)": (
         "03_attention",
