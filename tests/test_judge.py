@@ -1633,33 +1633,26 @@ MISTAKES += [
         ),
         "new tokens 1 and 2 of a row",
     ),
-    (  # ... every four steps (red-team round 42)
-        "07_sampling_and_kv_cache",
-        "test_generate",
-        "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
+    *(  # ... the generator put back to its first state before the third step (red-team round 41), or every four
+        # steps (round 42)
         (
-            "        given = sampling.get('generator')\n"
-            "        if given is not None and _ == 0:\n"
-            "            saved = given.get_state()\n"
-            "        if given is not None and _ > 0 and _ % 4 == 0:\n"
-            "            given.set_state(saved)\n"
-            "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n"
-        ),
-        "new tokens 1 and 5 of a row",
-    ),
-    (  # ... the generator put back to its first state before the third step (red-team round 41)
-        "07_sampling_and_kv_cache",
-        "test_generate",
-        "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
-        (
-            "        given = sampling.get('generator')\n"
-            "        if given is not None and _ == 0:\n"
-            "            saved = given.get_state()\n"
-            "        if given is not None and _ == 2:\n"
-            "            given.set_state(saved)\n"
-            "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n"
-        ),
-        "new tokens 1 and 3 of a row",
+            "07_sampling_and_kv_cache",
+            "test_generate",
+            "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
+            (
+                "        given = sampling.get('generator')\n"
+                "        if given is not None and _ == 0:\n"
+                "            saved = given.get_state()\n"
+                f"        if given is not None and {rewind}:\n"
+                "            given.set_state(saved)\n"
+                "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n"
+            ),
+            cause,
+        )
+        for rewind, cause in (
+            ("_ == 2", "new tokens 1 and 3 of a row"),
+            ("_ > 0 and _ % 4 == 0", "new tokens 1 and 5 of a row"),
+        )
     ),
 ]
 
