@@ -618,16 +618,12 @@ def _cells(draws: Tensor, probs: Tensor) -> Tensor:
     return (_uniforms(draws, probs) * PAIR_CELLS).long().clamp(0, PAIR_CELLS - 1)
 
 
-def _uniforms_off(draws: Tensor, probs: Tensor, rare: float, cells: int = 64) -> tuple[int, int, float] | None:
+def _uniforms_off(draws: Tensor, probs: Tensor, rare: float) -> tuple[int, int, float] | None:
     """(cell, count, expected) where draws whose distributions differ draw by draw do not follow them: `_uniforms` in
-    `cells` equal cells, a cell's count beyond its binomial tail `rare`; or None."""
-    u = _uniforms(draws, probs)
+    PAIR_CELLS^2 equal cells, a cell's count beyond its binomial tail `rare` (`_uniform_tails`); or None."""
+    u, cells = _uniforms(draws, probs), PAIR_CELLS**2
     counts = torch.bincount((u * cells).long().clamp(0, cells - 1), minlength=cells)
-    if cells == PAIR_CELLS**2:  # the tails of every count, computed once for this many draws
-        off = _uniform_tails(len(u))[counts]
-    else:
-        above, below = _binomial_tails(counts, len(u), torch.full((cells,), 1 / cells, dtype=torch.float64))
-        off = torch.minimum(above, below)
+    off = _uniform_tails(len(u))[counts]
     if bool((off < rare).any()):
         worst = int(off.argmin())
         return worst, int(counts[worst]), len(u) / cells

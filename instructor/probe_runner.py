@@ -1666,7 +1666,7 @@ def _step_norms(model, norms: list) -> tuple:
 
     _hear_used_gradients()
     mine = {id(p) for p in model.parameters()}
-    step = {"squares": 0.0, "heard": False, "closure": False}
+    step = {"squares": 0.0, "heard": False, "norm": None}
 
     def ours(optimizer) -> bool:
         return any(id(p) in mine for group in optimizer.param_groups for p in group["params"])
@@ -1685,7 +1685,7 @@ def _step_norms(model, norms: list) -> tuple:
         if ours(optimizer):
             given = args[1:] if args and args[0] is optimizer else args
             closure = (given and callable(given[0])) or callable((kwargs or {}).get("closure"))
-            step.update(squares=0.0, heard=False, closure=closure, norm=None if closure else norm())
+            step.update(squares=0.0, heard=False, norm=None if closure else norm())
 
     def after(optimizer, *_):
         if ours(optimizer):
@@ -1697,7 +1697,7 @@ def _step_norms(model, norms: list) -> tuple:
     return before, after, lambda: _USED_GRADIENTS.remove(heard) if heard in _USED_GRADIENTS else None
 
 
-def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[list, dict]:
+def _recorded_training(train, model, train_windows, val_windows, args) -> tuple[list, dict, object]:
     """`train` run on `model` (its log kept quiet): the batch of each optimizer step, and the trained weights. A
     step's batch is what the model's embedding saw in training mode with gradients on since the step before, all of
     it where those rows make one batch of args.batch_size (gradients accumulated over parts of a batch are the
