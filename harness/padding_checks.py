@@ -18,6 +18,7 @@ from torch import Tensor
 from harness._assertions import call, defaults_as_given, fail, mismatch_summary
 from harness.config import Config
 from harness.kv_cache_checks import _learner_model, _step
+from harness.sampling_checks import _first_difference
 
 __all__ = ["left_pad_test", "padded_generate_test", "padded_transformer_test"]
 
@@ -61,6 +62,8 @@ def left_pad_test(left_pad) -> None:
         ([[11, 12], [13, 14, 15, 16, 17], [18, 19, 20, 21]], 50256),
         ([[3, 4], [5, 6]], 7),  # nothing to pad
         ([[42]], 1),
+        # GPT-2's prompts begin with <|endoftext|>, which is also the usual pad: a real token may equal the pad id
+        ([[50256, 11, 12], [50256, 13], [50256, 14, 50256, 15]], 50256),
     )
     for prompts, pad in cases:
         what = f"{name}({prompts}, pad_token_id={pad})"
@@ -88,6 +91,12 @@ def left_pad_test(left_pad) -> None:
             )
         if torch.equal(tokens, want_tokens) and torch.equal(mask, ~want_mask):
             fail(f"{what}: the mask is True at the padding. It marks the tokens to attend to: True at real tokens.")
+        if torch.equal(tokens, want_tokens) and torch.equal(mask, tokens != pad):
+            fail(
+                f"{what}: the mask is False at every token equal to pad_token_id, not set by each prompt's length. "
+                "These prompts hold that id as a real token, as GPT-2's begin with <|endoftext|>, which is also the "
+                "usual pad: mark each row's last len(prompt) positions."
+            )
         if torch.equal(tokens, want_tokens) and torch.equal(mask, right_mask):
             fail(f"{what}: the tokens are padded on the left but the mask marks the first positions of each row.")
         if torch.equal(tokens, want_tokens):
@@ -259,6 +268,9 @@ def _alone(course, prompt: list[int], max_new: int, eos: int) -> list[int]:
     return out
 
 
+PAD_IN_PROMPTS = "prompts that begin with the padding id itself"
+
+
 def padded_generate_test(padded_generate, PaddedTransformer) -> None:
     """Checks `padded_generate(model, prompts: list[list[int]], max_new_tokens, eos_token_id, pad_token_id)`:
     greedy, cached, left-padded with pad_token_id, finished rows padded with it, stopping when every row has
@@ -271,8 +283,9 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
     gen = torch.Generator().manual_seed(8)
     prompts = [torch.randint(0, cfg.d_vocab, (n,), generator=gen).tolist() for n in (2, 5, 3)]
     plain = [_alone(course, p, 6, eos=-1) for p in prompts]
-    never = min(set(range(cfg.d_vocab)) - {t for row in plain for t in row})  # an id no row emits
-    other = never + 1 if never + 1 < cfg.d_vocab else never - 1  # a padding id that is not the end-of-text id
+    # ids no row emits and no prompt holds: until the last case, a padding id is never a real token
+    unused = sorted(set(range(cfg.d_vocab)) - {t for row in plain + prompts for t in row})
+    never, other = unused[:2]  # `other`: a padding id that is not the end-of-text id
 
     def first(row: list[int], token: int) -> int:
         return row.index(token) if token in row else len(row)
@@ -286,7 +299,7 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
     fits = cfg.n_ctx + 1 - max(len(p) for p in prompts)  # the last new token is never fed back: n_ctx + 1 fit
     cases = (
         (prompts, 6, never, never, "an end-of-text id no row emits, padding with it"),
-        (prompts, fits, cfg.d_vocab, 0, f"{fits} new tokens: the padded prompt plus them is n_ctx + 1"),
+        (prompts, fits, cfg.d_vocab, other, f"{fits} new tokens: the padded prompt plus them is n_ctx + 1"),
         (
             prompts,
             6,
@@ -301,6 +314,8 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
             other,
             f"one prompt that emits the end-of-text id as new token {first(plain[1], late) + 1}",
         ),
+        # last, after every other case was right: GPT-2's prompts begin with <|endoftext|>, the usual pad as well
+        ([[never, *p] for p in prompts], 6, never, never, PAD_IN_PROMPTS),
     )
     lengths, calls = [], []
     hook = model.embed.register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[-1]))
@@ -343,7 +358,22 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
                         "new token of each row per step (the cache holds the rest)."
                     )
                 continue
-            _name_generate_mistake(got, expected, course, batch, max_new, eos, pad, what, about)
+            holding = [i for i, p in enumerate(batch) if pad in p]
+            if about == PAD_IN_PROMPTS and tuple(got.shape) == tuple(expected.shape):
+                fail(
+                    f"{what}: wrong only where each prompt begins with pad_token_id = {pad} as a real token (as "
+                    "GPT-2's begin with <|endoftext|>), every earlier case right: a position is padding by its "
+                    f"prompt's length, not its id ({_first_difference(got, expected)})."
+                )
+            try:
+                _name_generate_mistake(got, expected, course, batch, max_new, eos, pad, what, about)
+            except AssertionError as err:
+                if not holding:
+                    raise
+                raise AssertionError(  # what was seen, then a fact the learner may have missed
+                    f"{err} Prompts {holding} hold pad_token_id = {pad} as a real token: a position is padding by "
+                    "its prompt's length, not its id."
+                ) from None
     finally:
         hook.remove()
         pre_hook.remove()

@@ -941,6 +941,21 @@ def generate_test(generate) -> None:
             "three times in the prompt, loses 4.5 and falls below token 4); pass the whole sequence to "
             "sample_next_token, with the sampling options."
         )
+    # ... and every token before the window too: the model sees the last n_ctx tokens, the penalty counts them all.
+    windowed = as_tensor_output(
+        _kcall(
+            generate, short_context, torch.tensor([[2, 2, 2, 5, 6, 7, 1]]), 1, eos_token_id=eos, temperature=0.0,
+            frequency_penalty=1.5, what=f"{name}(..., frequency_penalty=1.5)",
+        ),
+        name,
+    )  # fmt: skip
+    if windowed[0, -1].item() != 4:
+        fail(
+            f"{name}(model with n_ctx = 4, [[2, 2, 2, 5, 6, 7, 1]], 1, temperature=0, frequency_penalty=1.5) chose "
+            f"{windowed[0, -1].item()}, expected 4: token 2 is three times in the sequence, before the model's "
+            "4-position window. The model sees the last n_ctx tokens, but the penalty counts every token so far: "
+            "crop what the model is given, not what sample_next_token is given."
+        )
     _generate_matches_hf(generate, name)
     g = torch.Generator().manual_seed(0)
     sampled = as_tensor_output(

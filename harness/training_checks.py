@@ -912,7 +912,7 @@ def _kind(name: str, param: Tensor) -> str:
 def weight_decay_groups_test(weight_decay_groups: Callable) -> None:
     """Checks `weight_decay_groups(model, weight_decay) -> list of AdamW parameter groups`: every matrix of the
     attention, MLP and unembedding decayed by `weight_decay`; embeddings, LayerNorm gains and biases, and all other
-    biases in a group with weight_decay 0; every parameter in exactly one group."""
+    biases in a group with weight_decay 0; every trainable parameter in exactly one group, a frozen one in at most one."""
     name = getattr(weight_decay_groups, "__name__", "weight_decay_groups")
     if not callable(weight_decay_groups):
         fail(f"Expected the function itself, got {type(weight_decay_groups).__name__}.")
@@ -955,13 +955,16 @@ def weight_decay_groups_test(weight_decay_groups: Callable) -> None:
             f"{len(twice)} parameters are in more than one group (e.g. {twice[0]}): AdamW refuses that. Put each "
             "parameter in exactly one group."
         )
-    missing = [n for n in names.values() if n not in decay_of]
+    # a frozen parameter (the unembedding's bias is) is never stepped: it may sit in either group or in none, as
+    # nanoGPT's configure_optimizers leaves out every parameter without requires_grad
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    decay_of = {n: v for n, v in decay_of.items() if n in params}
+    missing = [n for n in params if n not in decay_of]
     if missing:
         fail(
-            f"{len(missing)} parameters are in no group (e.g. {', '.join(missing[:3])}): the optimizer would never "
-            "update them. Every parameter goes in exactly one group."
+            f"{len(missing)} trainable parameters are in no group (e.g. {', '.join(missing[:3])}): the optimizer "
+            "would never update them. Every parameter with requires_grad goes in exactly one group."
         )
-    params = dict(model.named_parameters())
     wrong_value = sorted({v[0] for v in decay_of.values() if v[0] not in (0.0, 0.05)})
     if wrong_value:
         fail(

@@ -27,6 +27,7 @@ how they are compared; the most it can do is return wrong tensors, which fail.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -67,8 +68,13 @@ SMALL = {
 # An end-of-sequence id no model of the job's vocabulary emits: every row then runs its full length. Sizes in the
 # probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
 NEVER_EOS = ("d_vocab", "d_vocab")
+ANY_PAD = ("int", (0, "d_vocab-1"))  # a padding id drawn among the ordinary ones
+PAD_IN_HINT = (  # after a probe whose padding id no prompt holds ("pad_out")
+    "with a padding id that a prompt also holds as a real token, where another padding id was right: a position is "
+    "padding by its prompt's length, not by its id"
+)
 GENERATE_STEPS = (12, 24)  # new tokens of the probe that judges a generation's steps, drawn (`_compare_steps`)
-REDRAWS = 50  # draws of a probe's arguments until they separate what it is for (`UNTIL`, "generate_eos")
+REDRAWS = 50  # draws of a probe's arguments until they separate what it is for (`UNTIL`, `EOS_FINDERS`)
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
     "d_model": 24,
@@ -116,8 +122,8 @@ class Probe:
     (a bigram language model, `probe_runner.table_lm`; "ending_lm" one that ends every row at once; "penalty_lm"
     one that prefers ids 0-5; "window_lm" ("window_prefix_lm", `prefix_lm`'s) one
     whose context is 4 positions), "ragged"/"uneven"/"ragged_late" (lists of token ids of different
-    lengths) and "finishing_eos"/"generate_eos"/"lone_eos" (an id the course's model emits early, from other arguments:
-    `_finishing_eos`, `_generate_eos`).
+    lengths; "pad_in" a padding id that one of them holds, "pad_out" one that none holds) and "finishing_eos"/"generate_eos_even"/"generate_eos_odd"/"lone_eos" (an id the
+    course's model emits early, from other arguments: `_finishing_eos`, `_generate_eos`).
     `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
     how an output is judged (`compare`)."""
 
@@ -235,7 +241,9 @@ def _beam(model: str, new_tokens: tuple, ngram=(0, 0), eos=NEVER_EOS, stop=False
     )
 
 
-def _greedy_generate(model, tokens, new_tokens: tuple[int, int], eos, penalty: tuple | None = None) -> Probe:
+def _greedy_generate(
+    model, tokens, new_tokens: tuple[int, int], eos, penalty: tuple | None = None, hint: str | None = None
+) -> Probe:
     """A generate probe with top_k=1 (greedy, so compared exactly), under a frequency penalty drawn from `penalty`
     where one is given."""
     extra = (("real", penalty),) if penalty else ()
@@ -250,6 +258,7 @@ def _greedy_generate(model, tokens, new_tokens: tuple[int, int], eos, penalty: t
         *extra,
         keywords=("eos_token_id", "top_k", *(("frequency_penalty",) if penalty else ())),
         compare="exact",
+        hint=hint,
     )
 
 
@@ -730,10 +739,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # top_k=1 makes sampling greedy: the loop, the context window and the EOS padding, exactly; an end-of-text
         # id no row emits, and one a row emits early while another emits it later or never
         *(
-            _greedy_generate(("table_lm", None), ("tokens", ("batch", "pos")), (4, 16), eos)
-            for eos in (
-                ("int", NEVER_EOS),
-                ("generate_eos", (0, 1, 2)),
+            _greedy_generate(("table_lm", None), ("tokens", ("batch", "pos")), (4, 16), eos, hint=hint)
+            for eos, hint in (
+                (("int", NEVER_EOS), None),
+                # an odd id and an even one: `finished = finished | next_token == eos_token_id`, which Python reads
+                # as `(finished | next_token) == eos_token_id`, unfinishes a finished row when the id is even only
+                # (it passed on an odd draw: mutation sweep 14)
+                (("generate_eos_odd", (0, 1, 2)), None),
+                (
+                    ("generate_eos_even", (0, 1, 2)),
+                    (
+                        "with an even end-of-text id, where an odd one was right: a bitwise operation reached the id "
+                        "(Python reads `finished | next_token == eos` as `(finished | next_token) == eos`)"
+                    ),
+                ),
             )
         ),
         # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
@@ -764,6 +783,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # counted (`penalty_lm` makes every other way of counting choose another first token)
         _greedy_generate(
             ("penalty_lm", None), ("all_few_tokens", ("batch", "n_ctx")), (12, 16), ("int", NEVER_EOS), (1.5, 3.0)
+        ),
+        # ... and on a model of a 4-position context: the model sees the window, the penalty counts the whole
+        # sequence (a penalty over the window alone passed while the model's context held every row: mutation
+        # sweep 14)
+        _greedy_generate(
+            ("penalty_lm", 4),
+            ("all_few_tokens", ("batch", "n_ctx")),
+            (12, 16),
+            ("int", NEVER_EOS),
+            (1.5, 3.0),
+            hint="under a frequency penalty on a model of a 4-position context, where the same penalty on a model "
+            "that sees the whole sequence was right: the model sees the last n_ctx tokens, the penalty counts every "
+            "token so far",
         ),
         *(
             _beam(table, (2, 6), ngram, eos, stop)
@@ -855,9 +887,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             "test_left_pad",
             "left_pad",
             ("uneven", ("padded_rows", (1, 7))),
-            ("int", (0, "d_vocab-1")),
+            ("pad_out", 0),
             output="tuple",
             compare="exact",
+        ),
+        # ... with a padding id that a prompt holds as a real token, as GPT-2's prompts begin with <|endoftext|>, the
+        # usual pad (a mask read from the ids, `tokens != pad_token_id`, passed: mutation sweep 14)
+        _fn(
+            "test_left_pad",
+            "left_pad",
+            ("uneven", ("padded_rows", (1, 7))),
+            ("pad_in", 0),
+            output="tuple",
+            compare="exact",
+            hint=PAD_IN_HINT,
         ),
         _fn(  # ... and one prompt alone (a bare `.squeeze()` dropped the row of a batch of one: mutation sweep 3)
             "test_left_pad",
@@ -888,18 +931,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 prompts,
                 ("int", (3, 6)),
                 eos,
-                ("int", (0, "d_vocab-1")),
+                pad,
                 ("dim", "n_ctx"),
                 output="dict",
                 script="padded_generate_steps",
                 expect="padded_generate_steps",
                 compare="cached_steps",
+                hint=PAD_IN_HINT if pad[0] == "pad_in" else None,
             )
-            for prompts, eos in (
-                (("uneven", ("padded_rows", (1, 6))), ("int", NEVER_EOS)),
-                (("uneven", ("padded_rows", (1, 6))), ("finishing_eos", (0, 1, 4))),
-                (("ragged", (1, (1, 6))), ("int", NEVER_EOS)),
-                (("ragged", (1, (1, 6))), ("lone_eos", (0, 1, 2, 4))),  # ... which finishes early
+            for prompts, eos, pad in (
+                (("uneven", ("padded_rows", (1, 6))), ("int", NEVER_EOS), ("pad_out", 1)),
+                (("uneven", ("padded_rows", (1, 6))), ("int", NEVER_EOS), ("pad_in", 1)),  # as left_pad's
+                (("uneven", ("padded_rows", (1, 6))), ("finishing_eos", (0, 1, 4)), ANY_PAD),
+                (("ragged", (1, (1, 6))), ("int", NEVER_EOS), ANY_PAD),
+                (("ragged", (1, (1, 6))), ("lone_eos", (0, 1, 2, 4)), ANY_PAD),  # ... which finishes early
             )
         ),
     ),
@@ -2068,7 +2113,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
 
             model, spec["hooked"] = to_hooked_transformer(model), True
         return model, spec
-    if kind in ("run_cache", "addition_key", "later_layer", *EOS_FINDERS):
+    if kind in ("run_cache", "addition_key", "later_layer", "pad_in", "pad_out", *EOS_FINDERS):
         return None, {}  # made once every other argument is drawn (`prepare`)
     if kind == "train_args":  # a short run, every field drawn: a hard-coded rate, clip or decay shows
         wide, few = param == "wide", param == "few"  # batches large enough that draws from a few windows only show
@@ -2201,9 +2246,11 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         # the first new token of every row is another id; counted any other way (the prompt left out, the last
         # token only, no penalty) it is one of 0-5
         table = torch.rand((dims["gpt2"]["d_vocab"],) * 2, generator=gen) * 0.2
+        # param: the model's context, past which it raises (None: 1,024)
         table[:, :6] += 1.0
         tensors[key] = table
-        return table_lm(table.clone()), {"table_lm": key}
+        context = {"n_ctx": param} if param else {}
+        return table_lm(table.clone(), **context), {"table_lm": key, **context}
     x = _random_input(kind, tuple(dims[d] if isinstance(d, str) else d for d in param), dims, gen)
     tensors[key] = x
     return x, {"tensor": key, **({"strided": True} if kind == "strided_float" else {})}  # `probe_runner._argument`
@@ -2227,11 +2274,11 @@ def _lone_eos(course, model, prompts, new_tokens: int, pad: int, *, dims: dict) 
     return next((row[step] for step in range(1, new_tokens - 1) if row.index(row[step]) == step), None)
 
 
-def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict) -> int | None:
+def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict, parity: int | None = None) -> int | None:
     """For generate: an end-of-text id that the greedy continuation of one row emits first at its second step or
     later while another row emits it later or never (`_first_to_finish`)."""
     out = course.generate(model, tokens.clone(), new_tokens, eos_token_id=dims["d_vocab"], top_k=1)
-    return _first_to_finish(out[:, tokens.shape[1] :].tolist())
+    return _first_to_finish(out[:, tokens.shape[1] :].tolist(), parity)
 
 
 def _decoded_rows_finish_apart(course, model, src, max_len: int) -> bool:
@@ -2254,12 +2301,19 @@ def _decoded_rows_finish_apart(course, model, src, max_len: int) -> bool:
 
 
 UNTIL = {"decoded_rows_finish_apart": _decoded_rows_finish_apart}
-EOS_FINDERS = {"finishing_eos": _finishing_eos, "generate_eos": _generate_eos, "lone_eos": _lone_eos}
+EOS_FINDERS = {
+    "finishing_eos": _finishing_eos,
+    "generate_eos_even": functools.partial(_generate_eos, parity=0),
+    "generate_eos_odd": functools.partial(_generate_eos, parity=1),
+    "lone_eos": _lone_eos,
+}
+APART = ("finishing_eos", "generate_eos_even", "generate_eos_odd")  # ids on which rows of a batch finish apart
 
 
-def _first_to_finish(rows: list[list[int]]) -> int | None:
+def _first_to_finish(rows: list[list[int]], parity: int | None = None) -> int | None:
     """An id that a row of `rows` (the first where it can) emits first at its second step or later while another
-    row emits it later or never, and then would not emit again; None where no id does."""
+    row emits it later or never, and then would not emit again (`parity`: an even id, 0, or an odd one, 1); None
+    where no id does."""
 
     def first(row, token):
         return row.index(token) if token in row else len(row)
@@ -2271,7 +2325,10 @@ def _first_to_finish(rows: list[list[int]]) -> int | None:
     for row in (rows[0], *rows[1:]):
         for step, token in enumerate(row[:-1]):  # any step with one after it (a row is the probe's new tokens)
             finishes_first = step >= 1 and first(row, token) == step and max(first(o, token) for o in rows) > step
-            if finishes_first and step + 1 < len(row) and row[step + 1] != token:
+            # with a parity, two steps to spare: a row that forgets it finished (forced to the id at the step after)
+            # shows at the step after that
+            room = step + (1 if parity is None else 2) < len(row)
+            if finishes_first and room and row[step + 1] != token and parity in (None, token % 2):
                 return token
     return None
 
@@ -2369,7 +2426,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             seq_len = 2 + secrets.randbelow(5)
             # a batch of one on the second shape, where the probe needs no rows that finish apart: a bare `.squeeze()`
             # that drops it shows (mutation sweep 3: 31 such wrong versions passed while every batch had 2 or 3 rows)
-            apart_rows = probe.until or any(kind in ("finishing_eos", "generate_eos") for kind, _ in probe.args)
+            apart_rows = probe.until or any(kind in APART for kind, _ in probe.args)
             single = shape == 1 and not apart_rows
             dims = {"batch": 1 if single else batch, "src": src, "seq_len": seq_len, "repeated_pos": 2 * seq_len + 1}
             dims |= shape_dims[shape]
@@ -2412,6 +2469,16 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
                         entry = {"run_cache": [model_at, None], "tokens": tokens_entry}
                     with torch.no_grad():
                         drawn[j] = (drawn[model_at][0].run_with_cache(value)[1], entry)
+                if (
+                    kind == "pad_in"
+                ):  # the first id of argument `param`'s second prompt (the "uneven" prompts' shortest,
+                    pad = drawn[param][0][1][0]  # which is padded): a real token equal to the padding id
+                    drawn[j] = (pad, {"value": pad})
+                if kind == "pad_out":  # an id no prompt of argument `param` holds
+                    held = {token for prompt in drawn[param][0] for token in prompt}
+                    free = [token for token in range(dims["d_vocab"]) if token not in held]
+                    pad = free[secrets.randbelow(len(free))]
+                    drawn[j] = (pad, {"value": pad})
                 if kind == "later_layer":  # a layer above argument `at`'s, up to `top`
                     at, top = param
                     later = drawn[at][0] + 1 + secrets.randbelow(top - drawn[at][0])

@@ -2115,7 +2115,8 @@ SCRIPTS = {
 
 def param_group_decay(groups, model):
     """Optimizer parameter groups as one number per parameter of `model` (in `named_parameters` order): the weight
-    decay its group gives it (AdamW's default, 0.01, where a group names none)."""
+    decay its group gives it (AdamW's default, 0.01, where a group names none); 0 for a frozen parameter, which is
+    never stepped and may sit in either group or in none (nanoGPT's configure_optimizers leaves such ones out)."""
     import torch
 
     named = list(model.named_parameters())
@@ -2132,6 +2133,9 @@ def param_group_decay(groups, model):
             if not torch.isnan(decay[i]):
                 raise ProbeError(f"{named[i][0]} is in two groups")
             decay[i] = rate
+    for i, (_, param) in enumerate(named):
+        if not param.requires_grad:
+            decay[i] = 0.0
     left = [named[i][0] for i in torch.isnan(decay).nonzero().flatten().tolist()]
     if left:
         raise ProbeError(f"{len(left)} parameters are in no group ({', '.join(left[:3])})")

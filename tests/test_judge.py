@@ -649,6 +649,34 @@ MISTAKES = [
         "next_token = next_token",
         "differs from the course's generate",
     ),
+    (  # the penalty counted over the window the model sees: right while the model's context held every row
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
+        "        next_token = sample_next_token(logits, tokens[:, -model.cfg.n_ctx :], **sampling)  # [batch]\n",
+        "the penalty counts every token so far",
+    ),
+    (  # read by Python as (finished | next_token) == eos_token_id: a finished row unfinishes on an even id
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        finished |= next_token == eos_token_id\n        if finished.all():\n",
+        "        finished = finished | next_token == eos_token_id\n        if finished.all():\n",
+        "with an even end-of-text id, where an odd one was right",
+    ),
+    (  # the mask read from the ids: a prompt's own token equal to the pad id hidden (GPT-2's prompts begin with it)
+        "07_sampling_and_kv_cache",
+        "test_left_pad",
+        "        mask[row, longest - len(prompt) :] = True\n    return tokens, mask\n",
+        "    mask = tokens != pad_token_id\n    return tokens, mask\n",
+        "a position is padding by its prompt's length, not by its id",
+    ),
+    (  # ... and in padded_generate, around the course's left_pad
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        "    logits, past_kvs = model(tokens, mask)\n",
+        "    mask = tokens != pad_token_id\n    logits, past_kvs = model(tokens, mask)\n",
+        "a position is padding by its prompt's length, not by its id",
+    ),
     (  # temperature 0 divided by, not greedy
         "07_sampling_and_kv_cache",
         "test_apply_temperature",
@@ -2834,6 +2862,14 @@ ACCUMULATED = (  # 06's step, and the same step with its gradient accumulated ov
     ),
 )
 HONEST_VARIANTS = {
+    # nanoGPT's configure_optimizers leaves out every parameter without requires_grad: the unembedding's frozen bias
+    # is never stepped, and this lost its point (red-team round 43)
+    "weight decay groups of the trainable parameters only": (
+        "06_training",
+        "test_weight_decay_groups",
+        "    for name, param in model.named_parameters():\n        is_embedding",
+        "    for name, param in model.named_parameters():\n        if not param.requires_grad:\n            continue\n        is_embedding",
+    ),
     # scores summed in float64: rounding decided between searches that tie in exact arithmetic, and this lost its
     # point (red-team round 29: the course's own search lost it between two processes)
     "a beam search in float64": (
@@ -3114,8 +3150,8 @@ def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monk
     again until there is one, and the id it sends is one the last draw's rows finish apart on."""
     real, seen = judge._first_to_finish, []
 
-    def unlucky_twice(rows):
-        seen.append((rows, real(rows)))
+    def unlucky_twice(rows, parity=None):
+        seen.append((rows, real(rows, parity)))
         return None if len(seen) <= 2 else seen[-1][1]
 
     monkeypatch.setattr(judge, "_first_to_finish", unlucky_twice)
@@ -3124,7 +3160,7 @@ def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monk
     request = json.loads((tmp_path / "job" / judge.REQUEST).read_text())
     sent = [a["value"] for p in request["probes"] for a in p["args"] if "value" in a and p["target"] == "generate"]
     assert seen[-1][1] in sent and seen[-1][1] is not None, (sent, seen[-1])
-    monkeypatch.setattr(judge, "_first_to_finish", lambda rows: None)
+    monkeypatch.setattr(judge, "_first_to_finish", lambda rows, parity=None: None)
     with pytest.raises(RuntimeError, match="finish apart"):
         judge.prepare("07_sampling_and_kv_cache", tmp_path / "again", only=frozenset({"test_generate"}))
 

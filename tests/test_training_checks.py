@@ -511,6 +511,11 @@ def _groups(mistake: str):
         decay, no_decay = [], []
         for name, param in model.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
+            if mistake == "trainable_only" and not param.requires_grad:  # nanoGPT's way: frozen ones left out
+                continue
+            if mistake == "frozen_decayed" and not param.requires_grad:  # never stepped: either group will do
+                decay.append(param)
+                continue
             if mistake == "all":
                 wants = True
             elif mistake == "embeddings_decayed":
@@ -558,7 +563,9 @@ def test_weight_decay_groups_pass(capsys):
     weight_decay_groups_test(course.weight_decay_groups)
     weight_decay_groups_test(_groups("right"))
     weight_decay_groups_test(_groups("by_module"))
-    assert capsys.readouterr().out.count("passed") == 3
+    weight_decay_groups_test(_groups("trainable_only"))  # the unembedding's bias is frozen (red-team round 43)
+    weight_decay_groups_test(_groups("frozen_decayed"))
+    assert capsys.readouterr().out.count("passed") == 5
 
 
 @pytest.mark.parametrize(

@@ -1273,13 +1273,17 @@ def generate_with(kind):
         for _ in range(max_new_tokens):
             window = tokens if kind == "nocrop" else tokens[:, -model.cfg.n_ctx :]
             logits = model(window)[:, -1]
-            nxt = c07.sample_next_token(logits, tokens, **sampling)
+            # the penalty counted over the window the model sees (a mutation sweep: passed the judge then)
+            nxt = c07.sample_next_token(logits, window if kind == "window_penalty" else tokens, **sampling)
             if kind == "argmax":  # never samples (red-team round 9: full marks where only greedy runs were checked)
                 nxt = logits.argmax(dim=-1)
             if kind != "nopad":
                 nxt = torch.where(finished, torch.full_like(nxt, eos_token_id), nxt)
             tokens = torch.cat([tokens, nxt[:, None]], 1)
-            finished |= nxt == eos_token_id
+            if kind == "precedence":  # Python reads it as (finished | nxt) == eos_token_id
+                finished = finished | nxt == eos_token_id
+            else:
+                finished |= nxt == eos_token_id
             if kind == "stop_first" and finished.any():
                 break
             if finished.all() and kind != "nostop":
@@ -1295,6 +1299,8 @@ add(T, "no crop to n_ctx", generate_with("nocrop"), "n_ctx")
 add(T, "no padding after EOS", generate_with("nopad"), "eos", "pad")
 add(T, "stops when the first row finishes", generate_with("stop_first"), "every row", "row 0 finished", "first row")
 add(T, "never samples (argmax)", generate_with("argmax"), "never sampled", "argmax")
+add(T, "the penalty counts the window only", generate_with("window_penalty"), "crop what the model is given")
+add(T, "finished | next == eos, unbracketed", generate_with("precedence"), "kept generating after row 0")
 
 
 def beam_with(kind):
@@ -1510,6 +1516,8 @@ def wrong_left_pad(kind):
             where = slice(0, len(p)) if kind == "right" else slice(longest - len(p), longest)
             tokens[row, where] = torch.tensor(p)
             mask[row, slice(0, len(p)) if kind == "mask_first" else where] = 1
+        if kind == "mask_by_id":
+            return tokens, tokens != pad_token_id
         return tokens, (~mask if kind == "inverted" else mask)
 
     return fn
@@ -1527,6 +1535,7 @@ add(T, "pads with 0, not pad_token_id", left_pad_with("pad_zero"), "not pad_toke
 add(T, "an integer mask (transformers' 1/0)", left_pad_with("long_mask"), "dtype")
 add(T, "longest taken from the first prompt", left_pad_with("first_length"), "longest prompt")
 add(T, "mask marks each row's first positions", left_pad_with("mask_first"), "mask marks the first positions")
+add(T, "mask read from the ids", left_pad_with("mask_by_id"), "by each prompt's length")
 
 PA, PT = c07.PaddedAttention, c07.PaddedTransformer
 
@@ -1609,6 +1618,8 @@ def padded_generate_with(kind):
             tokens, _ = wrong_left_pad("right")(prompts, pad_token_id)
         if kind in ("ones", "right"):
             mask = torch.ones_like(mask)
+        if kind == "mask_by_id":  # a prompt's own token equal to the pad id masked too
+            mask = tokens != pad_token_id
         finished = torch.zeros(len(prompts), dtype=torch.bool)
         logits, past = model(tokens, mask)
         for step in range(max_new_tokens):
@@ -1642,6 +1653,7 @@ add(T, "finished rows padded with eos", padded_generate_with("eos_fill"), "pad_t
 add(T, "stops when one row finishes", padded_generate_with("any"), "every row")
 add(T, "runs every step", padded_generate_with("all_steps"), "ran all")
 add(T, "recomputes the whole sequence", padded_generate_with("no_cache"), "tokens per forward", "cache")
+add(T, "mask read from the ids", padded_generate_with("mask_by_id"), "not its id")
 
 # ---------------------------------------------------------------------------------------------------------------
 # 08: interpretability
