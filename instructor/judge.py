@@ -73,6 +73,7 @@ PAD_IN_HINT = (  # after a probe whose padding id no prompt holds ("pad_out")
     "with a padding id that a prompt also holds as a real token, where another padding id was right: a position is "
     "padding by its prompt's length, not by its id"
 )
+TRAP_VOCAB = 12  # the ids of `beam_trap`'s model
 GENERATE_STEPS = (12, 24)  # new tokens of the probe that judges a generation's steps, drawn (`_compare_steps`)
 REDRAWS = 50  # draws of a probe's arguments until they separate what it is for (`UNTIL`, `EOS_FINDERS`)
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
@@ -412,7 +413,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("int", n_new),
                 compare="exact",
             )
-            for rows, n_new in (("batch", (1, 30)), (1, (2, 8)), ("batch", (0, 0)))
+            # ... and always past 29 (a loop capped at 8 new tokens passed where every draw of the first was 8 or
+            # fewer, about one judging in seven: the exhaustive suite)
+            for rows, n_new in (("batch", (1, 30)), (1, (2, 8)), ("batch", (0, 0)), ("batch", (30, 40)))
         ),
         # a model whose next token depends on the whole prefix and its length: fed the last token only, or a window,
         # it picks other tokens (3 or more, in 2 rows: all alike by chance about once in 10^10); on prompts of the
@@ -823,6 +826,25 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # a model of a 4-position context that depends on all of it, searched past it: the window is n_ctx (one of
         # n_ctx + 1 passed while no search went past n_ctx + 1: mutation sweep 4)
         _beam("window_prefix_lm", (4, 6)),
+        # a search whose best sequence starts with the first step's num_beams-th likeliest token, for 5 to 8 beams:
+        # a narrower search, whatever its width, finds another (a search capped at 4 beams passed about one judging in
+        # seven, where the random searches happened to agree: the exhaustive suite)
+        _fn(
+            "test_beam_search",
+            "beam_search",
+            ("beam_trap", None),
+            ("trap_prompt", None),
+            ("int", (5, 8)),
+            ("int", (2, 2)),
+            ("int", (0, 0)),
+            ("int", (TRAP_VOCAB, TRAP_VOCAB)),
+            ("real", (-1.0, 2.0)),
+            ("const", False),
+            keywords=("length_penalty", "early_stopping"),
+            compare="exact",
+            hint="where the best sequence starts with the first step's num_beams-th likeliest token: a search keeps "
+            "num_beams hypotheses at every step",
+        ),
         # 40 steps on a model whose every probability is near 1/101: products of probabilities underflow to 0 in
         # float32 after about 20 steps (the check's 40-step case), sums of log-probabilities do not
         _beam(
@@ -2226,6 +2248,23 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         table[torch.arange(dims["gpt2"]["d_vocab"]), successor] += 0.3
         tensors[key] = table
         return table_lm(table.clone()), {"table_lm": key}
+    if kind == "beam_trap":  # a bigram model over TRAP_VOCAB ids: after ids 0 and 9-11 (`trap_prompt`'s), ids 1-8
+        # ranked in a random order, each a little less likely than the one before (0.05 nats); after the r-th of them
+        # one token of log-probability -(8 - r) / 2: the two steps' best is the deepest trap a search's width reaches
+        table = torch.full((TRAP_VOCAB, TRAP_VOCAB), -30.0)  # ids 0 and 9-11 all but never follow 0 and 9-11
+        ranked = 1 + torch.randperm(8, generator=gen)
+        table[:, ranked] = -0.05 * torch.arange(8.0)
+        follow = 1 + torch.randperm(TRAP_VOCAB - 1, generator=gen)[:8]  # each trap's likely next token (not id 0)
+        for rank, (token, after) in enumerate(zip(ranked.tolist(), follow.tolist(), strict=True)):
+            p = math.exp(-(8 - rank) / 2)  # softmax over TRAP_VOCAB: one logit L, the rest 0
+            table[token] = 0.0
+            table[token, after] = math.log((TRAP_VOCAB - 1) * p / (1 - p))
+        tensors[key] = table
+        return table_lm(table.clone()), {"table_lm": key}
+    if kind == "trap_prompt":  # 1 to 3 ids among 0 and 9-11, which `beam_trap` follows by its ranked ids
+        ids = torch.tensor([0, 9, 10, 11])[torch.randint(4, (1, _randint(1, 3, gen)), generator=gen)]
+        tensors[key] = ids
+        return ids, {"tensor": key}
     if kind == "window_lm":  # a bigram model whose context is 4 positions, which refuses more
         table = torch.randn((dims["gpt2"]["d_vocab"],) * 2, generator=gen)
         tensors[key] = table
@@ -3100,6 +3139,7 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
         if key.startswith("grad_norm."):
             clip = expected["grad_clip"] if key.endswith(".0") else NEVER_CLIPS
             what = f"the gradient's norm at each optimizer.step(), with args.grad_clip = {clip:g},"
+            what += UNCLIPPED if clip == NEVER_CLIPS else ""
         why = _compare_tensor(trained, got.get(key), want, what=what)
         if why is not None:
             return why + " (against the course's loop on the problems of the seeds train_addition asked for)"
@@ -3109,6 +3149,12 @@ def _compare_addition(probe: Probe, got: dict, expected: dict) -> str | None:
     if torch.equal(calls[1][:, 2], calls[0][:, 2]):
         return f"changing args.seed changed none of the seeds given to addition_data ({seeds})"
     return None
+
+
+UNCLIPPED = (  # said of the run whose clip no gradient reaches
+    " a clip no gradient reaches (so the gradient itself differs: the loss's scale, or the positions and tokens it "
+    "covers),"
+)
 
 
 def _compare_schedules(got, expected) -> str | None:
@@ -3210,6 +3256,22 @@ def _compare_kv(probe: Probe, got: dict, expected: dict) -> str | None:
     return None
 
 
+def _first_token_apart(tokens, due) -> str:
+    """Where a generation first parts from the course's, as observed: a difference inside a finished row's padding
+    is told apart from one while the row still generates (a loop's bookkeeping, not its cache)."""
+    if tokens.shape != due.shape:
+        return "differs from the course's greedy decoding"
+    row, col = (tokens != due).nonzero()[0].tolist()
+    got, want = int(tokens[row, col]), int(due[row, col])
+    where = f"row {row} first differs at position {col}: {got} where the course's has {want}"
+    tail = due[row, col + 1 :]
+    if len(tail) >= 2 and bool((tail == tail[0]).all()):  # the course's row has finished by then
+        if int(tail[0]) == want:
+            return f"{where}, and holds to the end (the row has finished: its end-of-text id, then padding)"
+        return f"{where}, then {int(tail[0])} to the end (the row emits its end-of-text id there, then padding)"
+    return f"{where} (the course decodes greedily; a full recompute at every step gives the same tokens)"
+
+
 def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
     edges = {"edge", "edge_raised"} & set(got)  # one of them where an edge is due (`probe_runner.cached_steps`)
     if set(got) - edges != set(expected) - {"edge"} or len(edges) != ("edge" in expected):
@@ -3229,7 +3291,7 @@ def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
         )
     why = _compare_tensor(probe, tokens, due, what="the tokens of a first call")
     if why is not None:
-        return f"differs from greedy decoding with full recomputes: {why}"
+        return f"{_first_token_apart(tokens, due)}: {why}"
     if "again" in expected and _compare_tensor(probe, got["again"], expected["again"], what="") is not None:
         return (
             "was right on a first call and wrong on a second call with another prompt on the same model: something "
@@ -3329,9 +3391,12 @@ def _batch_rules(batches: list, rules: dict) -> str | None:
     steps, size = rules["max_steps"], rules["batch_size"]
     for i, batch in enumerate(batches):
         if tuple(batch.shape) != rules["shape"]:
+            short = batch.dim() == 2 and tuple(batch.shape) == (rules["shape"][0], rules["shape"][1] - 1)
             return (
                 f"trained on a batch of shape {list(batch.shape)} at step {i}, where [args.batch_size, seq_len] = "
                 f"{list(rules['shape'])} is due (args.batch_size = {size})"
+                # one position short: the model was given the windows without their last token
+                + (": the model takes whole windows, and lm_cross_entropy shifts the targets itself" if short else "")
             )
     if len(batches) != rules["batches"]:
         return f"ran the model on {len(batches)} training batches in {steps} steps: one batch a step"
@@ -3453,7 +3518,7 @@ def _replayed(probe: Probe, got: dict, rules: dict, batches: list, prefix: str) 
     norms = got.get(f"grad_norm.{prefix}")
     if norms is not None and len(norms):  # none where no torch optimizer stepped: the weights are judged alone
         clip = f"args.grad_clip = {rules['grad_clip']:g}" if prefix != "wo" else f"args.grad_clip = {NEVER_CLIPS:g}"
-        what = f"the gradient's norm at each optimizer.step(), with {clip},"
+        what = f"the gradient's norm at each optimizer.step(), with {clip},{UNCLIPPED if prefix == 'wo' else ''}"
         why = _compare_tensor(replace(probe, compare="close"), norms, replayed["grad_norm.w"], what=what)
         if why is not None:
             return f"{why} against the course's loop replayed on the batches the model's embedding saw"

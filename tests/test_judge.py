@@ -355,7 +355,7 @@ MISTAKES = [
         "next_token = logits[:, -1].argmax(dim=-1, keepdim=True)  # [batch 1]",
         "next_token = logits[:, 0].argmax(dim=-1, keepdim=True)  # [batch 1]",
         # a first prompt of one token makes position 0 the last one: then only the second call shows it
-        ("differs from greedy decoding with full recomputes", "wrong on a second call"),
+        ("the course decodes greedily", "wrong on a second call"),
     ),
     (  # no causal mask once there is a cache (one token at a time needs none; several new tokens do)
         "07_sampling_and_kv_cache",
@@ -1740,7 +1740,32 @@ MISTAKES += [
 # Wrong code a mutation sweep found the judge passing (each checked to differ from the course's on some input):
 # settings the fixed probes never reached, draws that only sometimes separated, sizes below a constant written in.
 SWEPT = ("differs from the course's", "has shape")
+_PAD = "        next_token = torch.where(finished, torch.full_like(next_token, pad_token_id), next_token)\n"
+_FINISH = "        finished |= next_token == eos_token_id\n"
+PAD_THEN_FINISH = _PAD + "        tokens = torch.cat([tokens, next_token[:, None]], dim=1)\n" + _FINISH
 SWEPT_MISTAKES = {
+    # mutation sweep 14: messages that named another cause (clipping; a batch's shape alone)
+    "the first answer digit left out of the loss in train_addition": (
+        "06_training",
+        "test_train_addition",
+        "        loss = masked_lm_loss(model(tokens), tokens, loss_mask)\n",
+        "        loss_mask[:, -(n_digits + 1)] = False\n        loss = masked_lm_loss(model(tokens), tokens, loss_mask)\n",
+        "the positions and tokens it covers",
+    ),
+    "targets shifted twice in train": (
+        "06_training",
+        "test_train",
+        "        loss = lm_cross_entropy(model(batch), batch)\n",
+        "        loss = lm_cross_entropy(model(batch[:, :-1]), batch[:, 1:])\n",
+        "lm_cross_entropy shifts the targets itself",
+    ),
+    "a finished row padded from its end-of-text id on in padded_generate": (
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        PAD_THEN_FINISH,
+        PAD_THEN_FINISH.replace(_FINISH, "").replace(_PAD, _FINISH + _PAD),
+        "the row emits its end-of-text id there",
+    ),
     # mutation sweep 3 and red-team round 32: right on every batch of 2 or 3 rows, wrong on a batch of one
     "a LayerNorm whose bare squeeze drops a batch of one": (
         "01_layernorm",
@@ -1871,7 +1896,7 @@ SWEPT_MISTAKES = {
             "    num_beams = min(num_beams, 4)\n"
             "    live_scores, live = torch.zeros(1), tokens  # [n_live] summed log-probabilities, [n_live pos] sequences\n"
         ),
-        "num_beams=",
+        ("num_beams=", "keeps num_beams hypotheses"),
     ),
     "beam search's window one past n_ctx": (
         "07_sampling_and_kv_cache",
