@@ -1213,6 +1213,21 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             script="decode_once",
             until="decoded_rows_finish_apart",
         ),
+        _fn(  # ... every row emitting EOS, at different steps, before max_len: decoding stops when the last does (one
+            # that stopped only where every row emitted EOS at the same step ran on to max_len and passed while some
+            # row always went on: mutation sweep 15)
+            "test_greedy_decode",
+            "greedy_decode",
+            ("finishing_seq2seq", None),
+            ("right_padded", ("batch", "src")),
+            ("int", (6, 30)),
+            config="encdec",
+            compare="exact",
+            script="decode_once",
+            until="decoded_rows_all_finish_apart",
+            hint="where every row emits EOS, at different steps, before max_len (where a row went on, it was right): "
+            "decoding stops once every row has finished",
+        ),
         _fn(  # no row ever emits EOS: decoding runs its max_len steps, 11 to 30 (a loop capped at 10 passed while every
             # max_len drawn was 10 or less, and rows mostly finished early: red-team round 30)
             "test_greedy_decode",
@@ -2170,7 +2185,7 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         count = _randint(1, min(2, dims["n_heads"]), gen)
         heads = sorted(torch.randperm(dims["n_heads"], generator=gen)[:count].tolist())
         return list(heads), {"int_list": heads}
-    if kind in ("table_seq2seq", "ending_seq2seq", "lasting_seq2seq"):
+    if kind in ("table_seq2seq", "ending_seq2seq", "lasting_seq2seq", "finishing_seq2seq"):
         table = torch.randn((dims["d_vocab"], dims["d_vocab"]), generator=gen)
         table[:, dims["eos_id"]] += 1.0  # EOS often enough that rows finish at different steps
         # ... and BOS the likeliest after one prefix in five: it is a token the decoder may emit (one that never
@@ -2179,6 +2194,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         table[some, dims["bos_id"]] = table[some].max(dim=-1).values + 0.5
         if kind == "ending_seq2seq":  # ... or EOS the likeliest after any prefix, whatever the source adds
             table[:, dims["eos_id"]] = table.max(dim=-1).values + 10
+        if kind == "finishing_seq2seq":  # ... or the likeliest, whatever the source adds, after one prefix in three
+            # (a hash of it: `probe_runner.prefix_rows`), so that every row ends within a few steps, mostly apart
+            ends = torch.rand(len(table), generator=gen) < 1 / 3
+            table[ends, dims["eos_id"]] = table[ends].max(dim=-1).values + 10
         if kind == "lasting_seq2seq":  # ... or never the likeliest
             table[:, dims["eos_id"]] = table.min(dim=-1).values - 10
         tensors[key] = table
@@ -2339,7 +2358,22 @@ def _decoded_rows_finish_apart(course, model, src, max_len: int) -> bool:
     return False
 
 
-UNTIL = {"decoded_rows_finish_apart": _decoded_rows_finish_apart}
+def _decoded_rows_all_finish_apart(course, model, src, max_len: int) -> bool:
+    """Whether every row of 09's greedy decoding emits EOS before its last step, not all at the same step."""
+    import torch
+
+    with torch.no_grad():
+        out = course.greedy_decode(model, src.clone(), max_len)
+    model.encode_calls = 0
+    rows = out.tolist()
+    ends = [row.index(model.cfg.eos_id) if model.cfg.eos_id in row else None for row in rows]
+    return None not in ends and len(set(ends)) > 1 and max(ends) + 1 < max_len
+
+
+UNTIL = {
+    "decoded_rows_finish_apart": _decoded_rows_finish_apart,
+    "decoded_rows_all_finish_apart": _decoded_rows_all_finish_apart,
+}
 EOS_FINDERS = {
     "finishing_eos": _finishing_eos,
     "generate_eos_even": functools.partial(_generate_eos, parity=0),
@@ -2699,7 +2733,7 @@ def _encoded_once(probe: Probe, name: str, served: dict | None) -> str | None:
     """A decoder's probe on a served stand-in (`table_seq2seq`): why it did not encode the source exactly once,
     by the feeder's count (None where it did, or where no feeder served it: the child's own count then judged)."""
     if served is None or not any(
-        kind in ("table_seq2seq", "ending_seq2seq", "lasting_seq2seq") for kind, _ in probe.args
+        kind in ("table_seq2seq", "ending_seq2seq", "lasting_seq2seq", "finishing_seq2seq") for kind, _ in probe.args
     ):
         return None
     calls = served.get(name, {}).get("encode", 0)
@@ -3603,6 +3637,17 @@ def compare(probe: Probe, got, expected) -> str | None:
         return _compare_schedules(got, expected)
     if probe.compare == "defaults":
         return _compare_defaults(probe, got, expected)
+    longer = (  # a decoding that ran on: say where the course's stopped rather than only the shapes
+        probe.target == "greedy_decode"
+        and all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (got, expected))
+        and got.shape[0] == expected.shape[0]
+        and got.shape[1] > expected.shape[1]
+    )
+    if longer:
+        return (
+            f"returned {got.shape[1]} tokens a row where the course's decoding stopped after {expected.shape[1]}: it "
+            "stops at max_len, or as soon as every row has emitted EOS"
+        )
 
     if probe.output == "int":
         if not isinstance(got, torch.Tensor) or got.shape != () or got.dtype != torch.int64:

@@ -677,6 +677,13 @@ MISTAKES = [
         "    mask = tokens != pad_token_id\n    logits, past_kvs = model(tokens, mask)\n",
         "a position is padding by its prompt's length, not by its id",
     ),
+    (  # stops only where every row emits EOS at the same step: rows that finish apart run on to max_len
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "        if finished.all():\n",
+        "        if (next_token == cfg.eos_id).all():\n",
+        "as soon as every row has emitted EOS",
+    ),
     (  # temperature 0 divided by, not greedy
         "07_sampling_and_kv_cache",
         "test_apply_temperature",
