@@ -205,6 +205,12 @@ class Item:
     status: str = "graded"
     probes: judge.Prepared | None = None  # the judge's request for the running probe job; expected outputs in it
     judged: dict | None = None  # grade_id -> the judge's verdict, once the probe job has ended
+    test_flags: dict = field(default_factory=dict)  # grade_id -> its own flags (also in `flags`, the notebook's)
+
+    def row_flags(self, grade_id: str) -> list[str]:
+        """The flags a test's row shows: the notebook's, but another test's own left to that test's row."""
+        others = {f for g, own in self.test_flags.items() if g != grade_id for f in own}
+        return [f for f in self.flags if f not in others]
 
     def zero_rows(self, solutions: Path, reason: str) -> None:
         """One row per graded test of its notebook, 0 points, with `reason`: a notebook that was not graded."""
@@ -1231,10 +1237,12 @@ class Grader:
                 reason = verdict["message"]
                 # the checks in the learner's process passed what the course's own code, compared outside, does not
                 # reproduce: code that behaves only while a check watches, a check tampered with, a forbidden call
-                flags.append(
+                flag = (
                     f"{test.grade_id}: nbgrader's run passed it but the judge outside the sandbox failed it: "
                     f"{verdict['message']}"[:FLAG_CHARS]
                 )
+                flags.append(flag)
+                item.test_flags.setdefault(test.grade_id, []).append(flag)
                 if test.exercise:
                     item.comments[test.exercise] = (
                         f"The grader ran {test.grade_id}'s code on fresh inputs and compared the result with the "
@@ -1344,12 +1352,13 @@ class Grader:
             "flags",
             "reason",
         ]
-        flags_of = {(it.student, it.notebook): _joined_flags(it.flags) for it in self.items}
+        item_of = {(it.student, it.notebook): it for it in self.items}
         with open(self.out / "grades.csv", "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
             writer = csv.DictWriter(f, fieldnames=fields)
             writer.writeheader()
             for row in sorted(rows, key=lambda r: (r["student"], r["notebook"])):
-                writer.writerow(_data_row({**row, "flags": flags_of[(row["student"], row["notebook"])]}))
+                flags = item_of[(row["student"], row["notebook"])].row_flags(row["grade_id"])
+                writer.writerow(_data_row({**row, "flags": _joined_flags(flags)}))
         with open(self.out / "summary.csv", "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
             writer = csv.DictWriter(f, fieldnames=["student", "notebook", "score", "max_score", "status", "flags"])
             writer.writeheader()
@@ -1383,7 +1392,7 @@ class Grader:
                     )
                 )
         total = time.monotonic() - self.t0
-        flagged = sum(1 for r in rows if flags_of[(r["student"], r["notebook"])])
+        flagged = sum(1 for r in rows if item_of[(r["student"], r["notebook"])].row_flags(r["grade_id"]))
         self.say(
             f"done in {total:.1f} s: {self.out / 'grades.csv'}, {self.out / 'summary.csv'}"
             + ("" if self.args.no_feedback else f", {self.out / 'feedback'}")

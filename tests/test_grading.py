@@ -1030,8 +1030,9 @@ def test_tampering_scores_zero(graded, student):
     for row in rows:
         if EXPECTED[student].get(row["grade_id"]) != "max":
             assert row["judge"] == "failed", row  # the judge alone refuses it
-            # nbgrader's run, in the learner's process, was fooled: the row says so
-            assert "passed it but the judge outside the sandbox failed it" in row["flags"], row
+            if float(row["nbgrader_score"]) == float(row["max_score"]):
+                # nbgrader's run, in the learner's process, was fooled: the row says so
+                assert "passed it but the judge outside the sandbox failed it" in row["flags"], row
 
 
 def test_nbgrader_restores_edited_and_deleted_tests_and_ignores_duplicates(graded):
@@ -2210,3 +2211,19 @@ def test_a_learners_tree_of_any_depth_is_removed(tmp_path):
     os.close(fd)
     remove_tree(top)
     assert not top.exists()
+
+
+def test_a_tests_own_flag_shows_on_its_row_alone():
+    """A flag about one test (nbgrader passed it, the judge did not) marks that test's row, and the notebook in
+    summary.csv; the notebook's other rows keep only the notebook's own flags (red-team round 44: the one test's
+    flag on all 17 rows of a notebook was noise for the instructor)."""
+    from pathlib import Path
+
+    from instructor.grade import Item
+
+    item = Item("s", "07_sampling_and_kv_cache", Path("x"), ["notes.txt ignored"])
+    own = "test_generate: nbgrader's run passed it but the judge outside the sandbox failed it: judge: ..."
+    item.flags.append(own)
+    item.test_flags["test_generate"] = [own]
+    assert item.row_flags("test_generate") == ["notes.txt ignored", own]
+    assert item.row_flags("test_left_pad") == ["notes.txt ignored"]
