@@ -2002,7 +2002,7 @@ SWEPT_MISTAKES = {
         "test_greedy_decode",
         "    for _ in range(max_len):\n",
         "    for _ in range(max(max_len, 2)):\n",
-        "has shape",
+        ("has shape", "it stops at max_len"),
     ),
     # mutation sweep 3: a randint bound off by one never draws the last window (caught on three windows)
     "a training loop that never draws the last window": (
