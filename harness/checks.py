@@ -73,10 +73,10 @@ def _oracle(kind: str, cfg: Config):
         return builders[kind]().eval()
 
 
-def _run_reference(module, x: Tensor) -> Tensor:
+def _run_reference(module, x: Tensor, grad: bool = False) -> Tensor:
     from transformer_lens.components import AbstractAttention
 
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         if isinstance(module, AbstractAttention):
             return module(x, x, x)
         return module(x)
@@ -352,7 +352,63 @@ def _run_probes(cls, kind: str) -> list[str]:
         x = _probe_input(kind, PROBE_CONFIG, (2, PROBE_CONFIG.n_ctx - 6), gen)
         _module_check(cls, PROBE_CONFIG, x, 3, "on a sequence shorter than n_ctx", kind)
         done.append("short sequence")
+    _gradient_check(cls, kind)
+    done.append("gradients")
     return done
+
+
+def _gradient_check(cls, kind: str) -> None:
+    """One random cotangent backpropagated through the learner's module and TransformerLens's, with the same
+    weights, in training mode: each trainable parameter's gradient, and the input's where it is a float, must match.
+    A `.detach()`, `.data` or a value computed outside autograd gives the right outputs and the wrong gradients:
+    training would never move that weight, and the grader's judge refuses it."""
+    cfg, what = PROBE_CONFIG, getattr(cls, "__name__", "module")
+    module = build(cls, cfg)
+    _randomize(module, cfg, 5)
+    reference = _oracle(kind, cfg)
+    _load_into(reference, _learner_weights(module))
+    module.train()
+    reference.train()
+    gen = torch.Generator().manual_seed(4321)
+    x = _probe_input(kind, cfg, (2, 5), gen)
+    floats = not KINDS[kind].takes_tokens
+    mine, theirs = x.clone().requires_grad_(floats), x.clone().requires_grad_(floats)
+    with torch.enable_grad():
+        out = as_tensor_output(call(module, mine, what=f"{what}.forward"), f"{what}.forward")
+        expected = _run_reference(reference, theirs, grad=True)
+        cotangent = torch.randn(expected.shape, generator=gen)
+        if not out.requires_grad:
+            fail(
+                f"{what}'s output carries no gradient (requires_grad is False) although its parameters require one: "
+                "training could not change them. Something in forward cuts the graph: a .detach(), .data, "
+                "torch.no_grad(), or a value made outside torch (a float(), .item() or .tolist() turned back into a "
+                "tensor)."
+            )
+        (out * cotangent).sum().backward()
+        (expected * cotangent).sum().backward()
+    learner = dict(module.named_parameters())
+    pairs = [("its input", mine.grad, theirs.grad)] if floats else []
+    for name, param in reference.named_parameters():
+        own = learner.get(name)
+        if own is not None and own.requires_grad:  # a weight kept frozen on purpose (the course's b_U) is not judged
+            pairs.append((f"its parameter {name}", own.grad, param.grad))
+    for where, got, due in pairs:
+        if due is None:
+            continue
+        if got is None or not got.abs().any() and due.abs().any():
+            fail(
+                f"{what}: no gradient reaches {where} (its output is right): training could never change "
+                f"{'it' if 'parameter' in where else 'what feeds it'}. Something in forward cuts the graph on the way "
+                "there: a .detach(), .data, torch.no_grad(), or a value made outside torch and turned back into a "
+                "tensor."
+            )
+        summary = mismatch_summary(got, due, _tolerance(due), 1e-3)
+        if summary is not None:
+            fail(
+                f"{what}: the gradient that reaches {where} differs from TransformerLens's, though the output is right "
+                f"(one random cotangent, backpropagated in training mode: {summary}). Part of forward is cut from the "
+                "graph (a .detach(), .data, torch.no_grad()) or computed in a way autograd cannot follow."
+            )
 
 
 def _success(check: str, cls, kind: str, shape, probes: list[str], extra: str = "") -> None:

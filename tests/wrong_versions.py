@@ -267,6 +267,22 @@ add(T, "mean without keepdim", rand_float(LNMeanNoKeepdim), "keepdim")
 add(T, "w and b swapped", rand_float(LNSwappedAffine), "swapped", "w and b")
 add(T, "variance of x, not of centred x", rand_float(LNVarNotCentred), "centred x", "variance of x")
 
+
+class LNDetachedMean(LN):  # right values; the mean cut from the graph (agreement sweep 16: the check passed it)
+    def forward(self, x):
+        c = x - x.mean(-1, keepdim=True).detach()
+        return c / (c.pow(2).mean(-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+
+
+class LNDataWeights(LN):  # right values; w and b read through .data, so they never train
+    def forward(self, x):
+        c = x - x.mean(-1, keepdim=True)
+        return c / (c.pow(2).mean(-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w.data + self.b.data
+
+
+add(T, "the mean detached", rand_float(LNDetachedMean), "gradient that reaches its input differs")
+add(T, "w and b through .data", rand_float(LNDataWeights), "no gradient reaches its parameter")
+
 # ---------------------------------------------------------------------------------------------------------------
 # 02: embeddings
 
@@ -289,6 +305,14 @@ class EmbedFirstRow(c05.Embed):  # W_E[tokens[0]] broadcast over the batch
 add("rand_int_test(Embed)", "", rand_int(c05.Embed))
 add("rand_int_test(Embed)", "", rand_int(EmbedOneHot))
 add("rand_int_test(Embed)", "scaled by sqrt(d_model)", rand_int(EmbedScaled), "sqrt(d_model)")
+
+
+class EmbedData(c05.Embed):  # right values; W_E read through .data, so it never trains
+    def forward(self, tokens):
+        return self.W_E.data[tokens]
+
+
+add("rand_int_test(Embed)", "W_E through .data", rand_int(EmbedData), "carries no gradient")
 add(
     "rand_int_test(Embed)",
     "first sequence's tokens for every row",
@@ -610,6 +634,14 @@ add(T, "ReLU", rand_float(MLPRelu), "relu")
 add(T, "no b_out", rand_float(MLPNoBOut), "b_out")
 add(T, "no b_in", rand_float(MLPNoBIn), "b_in")
 add(T, "activation after W_out", rand_float(MLPActAfter), "activation after", "after w_out")
+
+
+class MLPDetachedPre(M):  # right values; the GELU's input cut from the graph
+    def forward(self, x):
+        return c04.gelu_new((x @ self.W_in + self.b_in).detach()) @ self.W_out + self.b_out
+
+
+add(T, "the GELU's input detached", rand_float(MLPDetachedPre), "no gradient reaches its input")
 
 B = c05.TransformerBlock
 
