@@ -204,6 +204,15 @@ def _diagnose_step(model, course, kvs, tokens: Tensor, pos: int, cfg: Config, na
                 f"W_pos[offset : offset + new] where offset is the number of cached positions ({pos})."
             )
         fail(f"{name}: the key cached for the new token at position {pos} (layer 0) differs from TransformerLens's.")
+    for i, what in ((0, "keys"), (1, "values")):  # the whole cache of layer 0, in order: the past, then the new
+        mine, theirs = kvs[0][i], tl_kvs[0][i]
+        if mine.shape == theirs.shape and not torch.allclose(mine, theirs, atol=1e-4):
+            if torch.allclose(mine[:, 0], theirs[:, pos], atol=1e-4):
+                fail(
+                    f"{name}: the new token's {what[:-1]} stands first in the cache at position {pos}, before the "
+                    f"cached ones: concatenate the past {what} first, then the new ones, along the position axis."
+                )
+            fail(f"{name}: the {what} cached at layer 0 up to position {pos} differ from TransformerLens's.")
     fail(
         f"{name}: at position {pos} the new token's cached key is right but its logits differ from a full "
         "recompute. Check that the new query attends to every cached key and itself (its causal-mask row is the "

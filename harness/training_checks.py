@@ -253,6 +253,7 @@ class _ProbeModel(nn.Module):
         self.embed = nn.Embedding(_V, 8)
         self.unembed = nn.Linear(8, _V)
         self.since_step: list[Tensor] = []  # the batches of the forwards with gradients since the last step
+        self.eval_since_step = 0  # forwards with gradients but in eval mode since then (a loop left in model.eval())
         self.recording = True
 
     @property
@@ -271,6 +272,8 @@ class _ProbeModel(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         if self.recording and self.training and torch.is_grad_enabled():
             self.since_step.append(tokens.detach().clone())
+        elif self.recording and torch.is_grad_enabled():
+            self.eval_since_step += 1
         return self.unembed(self.embed(tokens))
 
 
@@ -335,7 +338,7 @@ class _StepWatcher:
         try:
             self._after_closure(optimizer)
         finally:
-            self.model.since_step = []  # the next step's batch starts here
+            self.model.since_step, self.model.eval_since_step = [], 0  # the next step's batch starts here
 
     def _after_closure(self, optimizer):
         if self.pending is None:
@@ -359,6 +362,12 @@ class _StepWatcher:
         self.steps += 1
         where = f"At optimizer.step() number {step + 1}"
         batch = model.last_batch
+        if batch is None and model.eval_since_step:
+            fail(
+                f"{where}, the model had run on a batch with gradients but in eval mode: call model.train() before "
+                "the training forwards (an evaluation that calls model.eval() must put it back; dropout and the like "
+                "act only in training mode)."
+            )
         if batch is None:
             fail(f"{where}, the model had not been run with gradients on a batch: compute the loss of model(batch).")
         self._check_batch(batch, where)

@@ -17,15 +17,31 @@ import time
 
 from instructor.course import encodable
 
+MEMORY = 2 << 30  # bytes a bounded step may allocate beyond what the grader's process already holds
 
-def bounded(fn, *args, timeout: float = 60.0):
+
+def _limit_memory(extra: int) -> None:
+    """RLIMIT_DATA at what this process holds now plus `extra`: a step that would allocate past it fails with a
+    MemoryError in the child (a notebook converted from nbformat 3 grew to 2.9 GB in the grader's own process,
+    red-team round 45), never taking the grader's memory."""
+    import resource
+
+    with open("/proc/self/status") as status:
+        held = next((int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:")), None)
+    if held is not None:
+        resource.setrlimit(resource.RLIMIT_DATA, (held + extra, held + extra))
+
+
+def bounded(fn, *args, timeout: float = 60.0, memory: int = MEMORY):
     """`fn(*args)` in a forked child, its JSON result read back: `TimeoutError` past `timeout` seconds (the child
-    killed), `ChildFailed` with the child's error."""
+    killed), `ChildFailed` with the child's error (a `MemoryError` past `memory` bytes more than the grader held)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(read)
         try:
+            with contextlib.suppress(OSError, ValueError):
+                _limit_memory(memory)
             payload = {"ok": fn(*args)}
         except BaseException as err:  # noqa: BLE001 - said to the parent
             payload = {"error": f"{type(err).__name__}: {str(err)[:300]}"}

@@ -80,15 +80,28 @@ def read_regular_file(path: Path, limit: int = MAX_NOTEBOOK_BYTES) -> bytes:
 
 
 def read_submission(path: Path) -> dict:
+    """The notebook at `path` as nbformat 4 JSON; Unreadable if it is not one, or is too large once converted.
+    The grader calls it in a bounded child (`bounded.bounded`): parsing and converting are work a submission sizes."""
     raw = read_regular_file(path)
     try:
         nb = json.loads(raw.decode("utf-8-sig"))
         if not isinstance(nb, dict) or not isinstance(nb.get("cells", []), list):
             raise ValueError("no list of cells")  # noqa: TRY004 - reported as unreadable, never raised out
-        if nb.get("nbformat") != 4:  # an old format: let nbformat convert it
+        converted = nb.get("nbformat") != 4
+        if converted:  # an old format: let nbformat convert it
             import nbformat
 
-            nb = json.loads(json.dumps(nbformat.reads(raw.decode("utf-8-sig"), as_version=4)))
+            text = json.dumps(nbformat.reads(raw.decode("utf-8-sig"), as_version=4))
+            # the conversion can make much more than it was given: a version 3 heading cell of level 10^6 became a
+            # million '#' (300 cells of 22 kB made 300 MB, red-team round 45); the limits hold for what it made
+            if len(text) > MAX_NOTEBOOK_BYTES:
+                raise Unreadable(
+                    f"{Path(path).name} was not read (it converts to {len(text):,} bytes of nbformat 4; the limit is "
+                    f"{MAX_NOTEBOOK_BYTES:,})"
+                )
+            nb = json.loads(text)
+    except Unreadable:
+        raise
     except Exception as err:
         raise Unreadable(f"{Path(path).name} is not a readable notebook ({type(err).__name__}: {err})"[:300]) from err
     if len(nb.get("cells", [])) > MAX_CELLS:

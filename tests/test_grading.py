@@ -2097,6 +2097,32 @@ def test_a_notebook_of_too_many_cells_is_not_read(tmp_path):
         read_submission(path)
 
 
+def test_an_old_format_notebook_is_held_to_the_limits_once_converted(tmp_path):
+    """nbformat's upgrade from version 3 writes a heading cell of level L as L '#': 300 cells of level 10^6 (22 kB)
+    made 300 MB (red-team round 45). What the conversion makes is held to the size limit; an ordinary version 3
+    notebook still reads."""
+    from instructor.collect import MAX_NOTEBOOK_BYTES, Unreadable, read_submission
+
+    def v3(level: int, cells: int) -> dict:
+        heading = {"cell_type": "heading", "level": level, "metadata": {}, "source": "x"}
+        return {"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": [heading] * cells}]}
+
+    path = tmp_path / f"{LN}.ipynb"
+    path.write_text(json.dumps(v3(2, 3)))
+    assert [c["source"] for c in read_submission(path)["cells"]] == ["## x"] * 3
+    path.write_text(json.dumps(v3(10**6, 1 + MAX_NOTEBOOK_BYTES // 10**6)))
+    with pytest.raises(Unreadable, match="converts to"):
+        read_submission(path)
+
+
+def test_a_bounded_step_cannot_take_the_graders_memory():
+    """Each step the grader runs on a submission's content runs in a child limited to the memory the grader holds
+    plus `bounded.MEMORY`: past it, a MemoryError there, and the grader's process goes on."""
+    with pytest.raises(ChildFailed, match="MemoryError"):
+        bounded(bytearray, 3 << 30)
+    assert bounded(len, "the grader goes on") == 18
+
+
 def test_the_grading_order_names_real_notebooks():
     """A renamed notebook would silently lose its place at the front of a batch."""
     from instructor.grade import NOTEBOOK_SECONDS, Grader
@@ -2227,3 +2253,15 @@ def test_a_tests_own_flag_shows_on_its_row_alone():
     item.test_flags["test_generate"] = [own]
     assert item.row_flags("test_generate") == ["notes.txt ignored", own]
     assert item.row_flags("test_left_pad") == ["notes.txt ignored"]
+
+
+def test_a_folder_named_as_an_id_keeps_it_whatever_others_are_called():
+    """Ids are given to names that are already ids first: a folder `-blank` (whose id would be `blank`) never takes
+    the id of a student's folder `blank`, nor does a link `honest.` put a row under `honest` (red-team round 45)."""
+    from instructor.grade import student_ids
+
+    ids = student_ids(["-blank", "blank", "honest.", "honest", "Solved", "solved"])
+    assert ids["blank"] == ("blank", None) and ids["honest"] == ("honest", None)
+    assert ids["-blank"] == ("blank-2", "blank") and ids["honest."] == ("honest-2", "honest")
+    assert {ids["Solved"][0], ids["solved"][0]} == {"Solved", "solved-2"}  # case is not told apart
+

@@ -157,6 +157,18 @@ def no_zero_grad(model, optimizer, train_windows, val_windows, step, args):
     return loss
 
 
+def in_eval_mode(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 16
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    model.eval()
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
 def no_clipping(model, optimizer, train_windows, val_windows, step, args):
     set_lr(optimizer, lr_at(step, args))
     batch = batch_of(train_windows, args)
@@ -348,6 +360,7 @@ def test_a_step_given_a_closure_is_checked_as_any_step(capsys):
         (unshifted_loss, "not those of this step's loss"),
         (misnamed_loss, "name this step's loss `loss`"),
         (new_optimizer_every_step, "create the optimizer once"),
+        (in_eval_mode, "with gradients but in eval mode"),
     ],
 )
 def test_train_catches(wrong, match, capsys):

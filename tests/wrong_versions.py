@@ -1117,7 +1117,7 @@ add(
 )
 add(T, "not sorted", top_p_with("unsorted"), "sort")
 add(T, "mask left in sorted order", top_p_with("gather_back"), "sorted order", "vocabulary order", "scatter", "unsort")
-add(T, "ignores min_tokens_to_keep", top_p_with("no_min"), "min_tokens_to_keep")
+add(T, "ignores min_tokens_to_keep", top_p_with("no_min"), "fewer than min_tokens_to_keep")
 
 T = "frequency_penalty_test"
 add(T, "", lambda: harness.frequency_penalty_test(c07.apply_frequency_penalty))
