@@ -253,7 +253,9 @@ def top_p_test(top_p_filter) -> None:
         if _same_filter(out, _top_p_unscattered(logits, p, keep)):
             fail(f"{name} {where}: the mask is in sorted order: scatter it back to vocabulary order.")
         if keep > 1 and any(g < keep for g in got):  # first: keeping fewer also looks like dropping the crossing one
-            fail(f"{name} {where}: kept {got} tokens per row, fewer than min_tokens_to_keep = {keep}: never keep fewer.")
+            fail(
+                f"{name} {where}: kept {got} tokens per row, fewer than min_tokens_to_keep = {keep}: never keep fewer."
+            )
         if _same_filter(out, _top_p_without_crossing(logits, p)) or all(g == w - 1 for g, w in zip(got, want)):
             fail(
                 f"{name} {where}: it drops the token whose probability crosses p (kept {got}, due {want}): keep the "
@@ -401,7 +403,9 @@ def min_p_test(min_p_filter) -> None:
             )
         got = _kept_counts(out)
         if keep > 1 and any(g < keep for g in got):
-            fail(f"{name} {where}: kept {got} tokens per row, fewer than min_tokens_to_keep = {keep}: never keep fewer.")
+            fail(
+                f"{name} {where}: kept {got} tokens per row, fewer than min_tokens_to_keep = {keep}: never keep fewer."
+            )
         fail(f"{name} {where}: {_filter_evidence(out, expected, logits)}.")
     print(f"{name} passed: matches transformers' MinPLogitsWarper, min_tokens_to_keep included.")
 

@@ -2264,4 +2264,3 @@ def test_a_folder_named_as_an_id_keeps_it_whatever_others_are_called():
     assert ids["blank"] == ("blank", None) and ids["honest"] == ("honest", None)
     assert ids["-blank"] == ("blank-2", "blank") and ids["honest."] == ("honest-2", "honest")
     assert {ids["Solved"][0], ids["solved"][0]} == {"Solved", "solved-2"}  # case is not told apart
-
