@@ -162,8 +162,9 @@ def _compare_weights(kind: str, module, reference_shapes: dict, what: str) -> No
         first = seen.setdefault(tensor.data_ptr(), name)
         if first != name and tensor.numel() > 1:
             problems.append(
-                f"{first} and {name} are the same tensor (one module reused: build a new one per layer, "
-                "e.g. nn.ModuleList([TransformerBlock(cfg) for _ in range(cfg.n_layers)]), not [block] * n_layers)"
+                f"{first} and {name} are the same tensor: one module serves in two places. Build a new one for each "
+                "(two LayerNorm(cfg) calls for ln1 and ln2; a TransformerBlock(cfg) per layer, "
+                "nn.ModuleList([TransformerBlock(cfg) for _ in range(cfg.n_layers)]), not [block] * n_layers)"
             )
             break
     if missing:

@@ -189,6 +189,17 @@ def _kv_cache_case(KVCacheTransformer, cfg: Config, name: str) -> None:
             hook.remove()
 
 
+def _name_cache_order(kvs, tl_kvs, pos: int, name: str) -> None:
+    """Fails where layer 0's cache holds the new token's key or value first, before the cached ones."""
+    for i, what in ((0, "key"), (1, "value")):
+        mine, theirs = kvs[0][i], tl_kvs[0][i]
+        if mine.shape == theirs.shape and pos > 0 and torch.allclose(mine[:, 0], theirs[:, pos], atol=1e-4):
+            fail(
+                f"{name}: the new token's {what} stands first in the cache at position {pos}, before the cached "
+                f"ones: concatenate the past {what}s first, then the new ones, along the position axis."
+            )
+
+
 def _diagnose_step(model, course, kvs, tokens: Tensor, pos: int, cfg: Config, name: str) -> None:
     """The cached logits at `pos` are wrong: find out whether the new token's keys are, and if so why."""
     tl_kvs = _tl_cache(course, cfg, tokens[:, : pos + 1])
@@ -203,15 +214,12 @@ def _diagnose_step(model, course, kvs, tokens: Tensor, pos: int, cfg: Config, na
                 f"{name}: the token at position {pos} was given the positional embedding of position 0: add "
                 f"W_pos[offset : offset + new] where offset is the number of cached positions ({pos})."
             )
+        _name_cache_order(kvs, tl_kvs, pos, name)
         fail(f"{name}: the key cached for the new token at position {pos} (layer 0) differs from TransformerLens's.")
-    for i, what in ((0, "keys"), (1, "values")):  # the whole cache of layer 0, in order: the past, then the new
+    _name_cache_order(kvs, tl_kvs, pos, name)
+    for i, what in ((0, "keys"), (1, "values")):  # the whole cache of layer 0
         mine, theirs = kvs[0][i], tl_kvs[0][i]
         if mine.shape == theirs.shape and not torch.allclose(mine, theirs, atol=1e-4):
-            if torch.allclose(mine[:, 0], theirs[:, pos], atol=1e-4):
-                fail(
-                    f"{name}: the new token's {what[:-1]} stands first in the cache at position {pos}, before the "
-                    f"cached ones: concatenate the past {what} first, then the new ones, along the position axis."
-                )
             fail(f"{name}: the {what} cached at layer 0 up to position {pos} differ from TransformerLens's.")
     fail(
         f"{name}: at position {pos} the new token's cached key is right but its logits differ from a full "

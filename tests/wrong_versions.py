@@ -1466,6 +1466,21 @@ class KVAttnMaskIgnoresOffset(KVA):
         return einops.einsum(z, self.W_O, "b q n h, n h m -> b q m") + self.b_O, (k, v)
 
 
+class KVAttnNewFirst(KVA):  # the new values before the cached ones (agreement sweep 16: the mask was blamed)
+    def forward(self, x, past_kv=None):
+        q = einops.einsum(x, self.W_Q, "b p m, n m h -> b p n h") + self.b_Q
+        k = einops.einsum(x, self.W_K, "b p m, n m h -> b p n h") + self.b_K
+        v = einops.einsum(x, self.W_V, "b p m, n m h -> b p n h") + self.b_V
+        if past_kv is not None:
+            k, v = torch.cat([past_kv[0], k], 1), torch.cat([v, past_kv[1]], 1)
+        new, total = q.shape[1], k.shape[1]
+        s = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)
+        future = torch.triu(torch.ones(new, total, dtype=torch.bool), diagonal=total - new + 1)
+        p = s.masked_fill(future, self.IGNORE).softmax(-1)
+        z = einops.einsum(p, v, "b n q k, b k n h -> b q n h")
+        return einops.einsum(z, self.W_O, "b q n h, n h m -> b q m") + self.b_O, (k, v)
+
+
 def kv_model_with(attn_cls):
     class Model(KVT):
         def __init__(self, cfg):
@@ -1485,6 +1500,7 @@ class KVReturnsOldCache(KVT):  # returns the past_kvs given, not the extended on
 
 T = "kv_cache_test"
 add(T, "", lambda: harness.kv_cache_test(KVT))
+add(T, "new values cached first", lambda: harness.kv_cache_test(kv_model_with(KVAttnNewFirst)), "stands first")
 add(
     T,
     "positions restart at 0",
