@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import math
 import types
 from collections.abc import Callable
@@ -565,6 +566,17 @@ def train_test(train: Callable, TrainingArgs) -> None:
         fail(
             f"{name} used {n_batches} distinct batch{'es' if n_batches > 1 else ''} in {args.max_steps} steps: draw a "
             "new random batch every step."
+        )
+    at: dict[tuple, set[int]] = {}  # a window's places in train_windows (a few windows of the toy text repeat)
+    for i, row in enumerate(train_windows.tolist()):
+        at.setdefault(tuple(row), set()).add(i)
+    pairs = [(a, b) for batch in watcher.batches for a, b in itertools.pairwise(batch)]
+    following = sum(any(i + 1 in at[b] for i in at[a]) for a, b in pairs)  # row b is the window after row a
+    if pairs and following >= 0.9 * len(pairs):
+        fail(
+            f"{name} trained on runs of consecutive windows ({following} of {len(pairs)} rows follow the row before "
+            "them in train_windows): draw each row's window at random, so that a batch mixes windows from all over "
+            "the training text (torch.randint over len(train_windows), one index per row)."
         )
     if not isinstance(history, dict) or len(history.get("train_loss", [])) != args.max_steps:
         fail(f"{name} should return the history dict with one train_loss per step (keep the code after your part).")

@@ -157,6 +157,18 @@ def no_zero_grad(model, optimizer, train_windows, val_windows, step, args):
     return loss
 
 
+def consecutive_windows(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 16
+    set_lr(optimizer, lr_at(step, args))
+    start = torch.randint(len(train_windows) - args.batch_size + 1, (1,))
+    batch = train_windows[start + torch.arange(args.batch_size)]
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
 def in_eval_mode(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 16
     set_lr(optimizer, lr_at(step, args))
     batch = batch_of(train_windows, args)
@@ -361,6 +373,7 @@ def test_a_step_given_a_closure_is_checked_as_any_step(capsys):
         (misnamed_loss, "name this step's loss `loss`"),
         (new_optimizer_every_step, "create the optimizer once"),
         (in_eval_mode, "with gradients but in eval mode"),
+        (consecutive_windows, "runs of consecutive windows"),
     ],
 )
 def test_train_catches(wrong, match, capsys):
