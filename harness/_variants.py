@@ -62,7 +62,7 @@ def _layer_norm_variants(ref, x):
     if abs(eps - 1e-5) > 1e-9:  # only distinguishable when the config's epsilon is not the usual one
         variants[
             "It matches LayerNorm with epsilon fixed at 1e-5: use cfg.layer_norm_eps (this check sets it to "
-            f"{eps:g}), e.g. pass eps=self.cfg.layer_norm_eps to F.layer_norm."
+            f"{eps:g}), not a fixed 1e-5."
         ] = _layer_norm(x, w, b, 1e-5)
     return variants
 

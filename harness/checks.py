@@ -18,6 +18,8 @@ from torch import Tensor
 
 from harness import _variants
 from harness._assertions import (
+    ATTENTION_OPS,
+    NORM_OPS,
     as_tensor_output,
     assert_unchanged,
     build,
@@ -25,6 +27,7 @@ from harness._assertions import (
     check_tensor,
     fail,
     mismatch_summary,
+    refuse_operators,
 )
 from harness.config import Config
 
@@ -355,7 +358,25 @@ def _run_probes(cls, kind: str) -> list[str]:
         done.append("short sequence")
     _gradient_check(cls, kind)
     done.append("gradients")
+    if kind in FORBIDDEN:
+        patterns, rule = FORBIDDEN[kind]
+        module = build(cls, PROBE_CONFIG)
+        _randomize(module, PROBE_CONFIG, 6)
+        x = _probe_input(kind, PROBE_CONFIG, probe_shape, gen)
+        with torch.no_grad():
+            refuse_operators(module, x, patterns=patterns, what=f"{getattr(cls, '__name__', kind)}.forward", rule=rule)
+        done.append("no ready-made operator")
     return done
+
+
+# The modules whose notebook forbids torch's own implementation (the grader's judge refuses them as well)
+FORBIDDEN = {
+    "LayerNorm": (NORM_OPS, "the exercise is LayerNorm from tensor operations, without F.layer_norm or nn.LayerNorm"),
+    "Attention": (
+        ATTENTION_OPS,
+        "the exercise is attention from tensor operations, without F.scaled_dot_product_attention or nn.MultiheadAttention",
+    ),
+}
 
 
 def _gradient_check(cls, kind: str) -> None:

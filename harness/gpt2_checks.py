@@ -17,7 +17,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness._assertions import as_tensor_output, assert_unchanged, call, check_tensor, fail, mismatch_summary
+from harness._assertions import (
+    GELU_OPS,
+    LOSS_OPS,
+    as_tensor_output,
+    assert_unchanged,
+    call,
+    check_tensor,
+    fail,
+    mismatch_summary,
+    refuse_operators,
+)
 from harness.config import Config
 
 __all__ = ["cross_entropy_test", "gelu_new_test", "greedy_generate_test", "hf_conversion_test"]
@@ -44,6 +54,13 @@ def gelu_new_test(gelu_new) -> None:
     expected = F.gelu(x64, approximate="tanh")
     summary = mismatch_summary(out, expected, atol=1e-6, rtol=1e-5)
     if summary is None:
+        refuse_operators(  # right values: then, were they made by the operator the exercise is about?
+            gelu_new,
+            x.clone(),
+            patterns=GELU_OPS,
+            what=f"{name}(x)",
+            rule="the exercise is GPT-2's GELU from tensor operations (tanh, pow), without F.gelu or torch's own GELU",
+        )
         print(f"{name} passed: matches GPT-2's tanh GELU on {x.numel()} values.")
         return
 
@@ -548,8 +565,8 @@ def cross_entropy_test(cross_entropy_loss) -> None:
         if not math.isfinite(value):
             fail(
                 f"On {what}, {name} returned {value} (expected {expected:.4f}). softmax underflows to 0 (and exp "
-                "overflows) for large logits, so log(softmax(x)) gives -inf or nan: use torch.log_softmax or "
-                "F.cross_entropy, which subtract the largest logit first (the log-sum-exp trick)."
+                "overflows) for large logits, so log(softmax(x)) gives -inf or nan: use torch.log_softmax, which "
+                "subtracts the largest logit first (the log-sum-exp trick)."
             )
         if abs(value - expected) > 1e-4 + 1e-4 * abs(expected):
             hint = _ce_diagnosis(value, logits, tokens)
@@ -576,6 +593,16 @@ def cross_entropy_test(cross_entropy_loss) -> None:
             out.backward()
         if leaf.grad is None or not torch.isfinite(leaf.grad).all():
             fail(f"Backpropagating through {name} on {what} gave no or non-finite gradients: use log_softmax.")
+    logits, tokens = _ce_inputs(seed=0, scale=2.0)  # right values: then, were they made by a loss of torch's?
+    refuse_operators(
+        cross_entropy_loss,
+        logits,
+        tokens,
+        patterns=LOSS_OPS,
+        what=f"{name}(logits, tokens)",
+        rule="the exercise is the loss from log_softmax and each target's log-probability, without F.cross_entropy, "
+        "F.nll_loss or another of torch's losses",
+    )
     print(f"{name} passed: matches F.cross_entropy on next-token targets, also for large logits.")
 
 

@@ -262,6 +262,14 @@ add(T, "no bias b", rand_float(LNNoBias), "self.b", "shift")
 add(T, "RMS norm (not centred)", rand_float(LNRms), "rms", "centre", "mean is never subtracted")
 add(T, "normalises over positions (dim=1)", rand_float(LNWrongDim), "last dimension", "dim=-1", "over the positions")
 add(T, "eps hard-coded 1e-5", rand_float(LNHardEps), "cfg.layer_norm_eps", "epsilon", "hard-coded")
+
+
+class LNTorchs(LN):  # right values, from the operator the notebook forbids (agreement sweep 17)
+    def forward(self, x):
+        return F.layer_norm(x, (self.cfg.d_model,), self.w, self.b, eps=self.cfg.layer_norm_eps)
+
+
+add(T, "F.layer_norm", rand_float(LNTorchs), "ran aten::layer_norm")
 add(T, "x -= mean (in place)", rand_float(LNInPlace), "in place")
 add(T, "mean without keepdim", rand_float(LNMeanNoKeepdim), "keepdim")
 add(T, "w and b swapped", rand_float(LNSwappedAffine), "swapped", "w and b")
@@ -579,6 +587,9 @@ def gelu_with(c=0.044715, k=SQRT_2_OVER_PI, half=0.5, power=3):
 T = "gelu_new_test"
 add(T, "", lambda: harness.gelu_new_test(c04.gelu_new))
 add(T, "exact erf GELU", lambda: harness.gelu_new_test(F.gelu), "erf", "exact")
+add(  # right values from the operator the exercise forbids (agreement sweep 17: the check passed it)
+    T, "F.gelu's tanh GELU", lambda: harness.gelu_new_test(lambda x: F.gelu(x, approximate="tanh")), "ran aten::gelu"
+)
 add(T, "ReLU", lambda: harness.gelu_new_test(F.relu), "relu")
 add(T, "sigmoid approximation", lambda: harness.gelu_new_test(lambda x: x * torch.sigmoid(1.702 * x)), "sigmoid")
 add(T, "missing 0.5", gelu_with(half=1.0), "0.5", "twice", "half")
@@ -970,6 +981,14 @@ def loss_fn(kind):
 
 T = "cross_entropy_test"
 add(T, "", lambda: harness.cross_entropy_test(c05.cross_entropy_loss))
+add(  # right values from a loss the exercise forbids (agreement sweep 17)
+    T,
+    "F.cross_entropy",
+    lambda: harness.cross_entropy_test(
+        lambda lg, tk: F.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), tk[:, 1:].reshape(-1))
+    ),
+    "ran aten::cross_entropy_loss",
+)
 add(T, "no shift", loss_fn("noshift"), "shift", "same position")
 add(T, "roll wraps around", loss_fn("roll"), "roll", "wrap")
 add(T, "divides by batch * pos", loss_fn("count"), "divides by", "pos - 1", "batch * pos")
