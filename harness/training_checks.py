@@ -311,6 +311,7 @@ class _StepWatcher:
         self.batches: list[tuple] = []
         self.previous_grad: Tensor | None = None
         self.lrs: list[list[float]] = []
+        self.unclipped = args.grad_clip >= NEVER_CLIPS  # a run whose clip no gradient reaches: the loss's scale shows
         self.first_lr_unset = False
         self.optimizers: list = []  # every distinct optimizer that stepped the model (kept alive: ids stay unique)
         self.pending: list[Tensor] | None = None  # the weights a step given a closure started from
@@ -467,6 +468,14 @@ class _StepWatcher:
                 "torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip) after loss.backward() and before "
                 "optimizer.step()."
             )
+        if self.unclipped and torch.nn.functional.cosine_similarity(grad, fresh, dim=0).item() > 0.9999:
+            fail(
+                f"{where}, with a clip no gradient reaches (args.grad_clip = {clip:g}), the gradients point the right "
+                f"way but are {grad.norm().item() / fresh.norm().item():.4g} times those of the mean loss of this "
+                "step's batch: the loss has another scale (summed over rows or positions, multiplied, or parts of a "
+                "batch accumulated without dividing each by their number). AdamW hides a loss's scale; the clip does "
+                "not."
+            )
         if torch.nn.functional.cosine_similarity(grad, fresh, dim=0).item() > 0.9999:
             fail(
                 f"{said}: they point the right way but their norm is {grad.norm().item():.4g}, expected "
@@ -481,6 +490,9 @@ class _StepWatcher:
             f"{said} (relative difference {_rel(grad, expected):.3g}). Each step: {self.loss_words}, "
             "optimizer.zero_grad(), loss.backward(), clip_grad_norm_, optimizer.step()."
         )
+
+
+NEVER_CLIPS = 1e6  # a gradient clip no gradient of the probe model reaches
 
 
 def _quiet_tqdm(iterable=None, *args, **kwargs):
@@ -593,6 +605,17 @@ def train_test(train: Callable, TrainingArgs) -> None:
         fail(
             f"The toy model's loss went from {start:.3f} (first 5 steps) to {end:.3f} (last 5): it should fall by far more."
         )
+    # Again for a few steps with a clip no gradient reaches: the clip above binds at every step, and a loss of another
+    # scale (summed, multiplied, parts not divided) then gives the same clipped gradients (agreement sweep 17)
+    unclipped = TrainingArgs(**(fields | {"grad_clip": NEVER_CLIPS, "max_steps": 6, "warmup_steps": 2}))
+    other = _ProbeModel(seed=1)
+    second = _StepWatcher(other, unclipped, train_rows, {tuple(row) for row in val_windows.tolist()})
+    handle = second.watch()
+    try:
+        with _quiet(train):
+            call(train, other, train_windows, val_windows, unclipped, lambda *_: None, what=f"{name}(...)")
+    finally:
+        handle.remove()
     print(
         f"{name} passed: {args.max_steps} steps with fresh, clipped gradients and the scheduled learning rate; "
         f"the toy model's loss fell from {start:.2f} to {end:.2f}."

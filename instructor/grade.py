@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -402,18 +402,28 @@ MAX_ID = 64  # characters of a student id
 
 def student_ids(names: list[str]) -> dict[str, tuple[str, str | None]]:
     """Each folder name's student id, and the name it clashed with (None where it did not). A name that is already an
-    id keeps it, whatever the other folders are called; names the id rewrites come after, in order, and take a
-    suffix where theirs is taken (a folder `-blank` took `blank`'s id, and `blank` was graded as `blank-2`: red-team
-    round 45). Case is not told apart: some file systems (and people) do not."""
+    id, and the only one of that id in any case, keeps it, whatever the other folders are called; every other name
+    takes its id where it is free, else the first suffix `-2`, `-3`... that no folder holds or was given (a folder
+    `-blank` took `blank`'s id, red-team round 45; `Alice`, sorted first, kept `alice`'s id and pushed `alice-2` to
+    `alice-2-2`, round 46). Case is not told apart (some file systems and people do not): names that differ only by
+    case both take a suffix, flagged, so that neither takes the other's id by how it sorts."""
+    base = {name: _student_id(name) for name in names}
+    as_is = Counter(name.lower() for name in names if base[name] == name)
     taken: dict[str, str] = {}
-    out = {}
-    for name in sorted(names, key=lambda n: (_student_id(n) != n, n)):
-        student = base = _student_id(name)
-        clash, n = None, 1
-        while student.lower() in taken:
-            clash = clash or taken[student.lower()]
+    out: dict[str, tuple[str, str | None]] = {}
+    for name in sorted(names):
+        if base[name] == name and as_is[name.lower()] == 1:
+            taken[name.lower()] = name
+            out[name] = (name, None)
+    for name in sorted((n for n in names if n not in out), key=lambda n: (base[n] != n, n)):
+        shared = base[name] == name  # another folder holds this id in another case
+        clash = taken.get(base[name].lower())
+        if shared:
+            clash = next(n for n in names if n != name and n.lower() == name.lower())
+        student, n = base[name], 1
+        while (shared and n == 1) or student.lower() in taken:
             n += 1
-            student = f"{base}-{n}"
+            student = f"{base[name]}-{n}"
         taken[student.lower()] = name
         out[name] = (student, clash)
     return out

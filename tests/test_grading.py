@@ -2260,7 +2260,15 @@ def test_a_folder_named_as_an_id_keeps_it_whatever_others_are_called():
     the id of a student's folder `blank`, nor does a link `honest.` put a row under `honest` (red-team round 45)."""
     from instructor.grade import student_ids
 
-    ids = student_ids(["-blank", "blank", "honest.", "honest", "Solved", "solved"])
+    ids = student_ids(["-blank", "blank", "honest.", "honest", "Solved", "solved", "solved-2", "x!", "x-2"])
     assert ids["blank"] == ("blank", None) and ids["honest"] == ("honest", None)
     assert ids["-blank"] == ("blank-2", "blank") and ids["honest."] == ("honest-2", "honest")
-    assert {ids["Solved"][0], ids["solved"][0]} == {"Solved", "solved-2"}  # case is not told apart
+    # names that differ by case: neither keeps the bare id by how it sorts, and no suffix takes a folder's own id
+    # (`Alice` kept `alice`'s id and pushed `alice-2` to `alice-2-2`: round 46)
+    assert ids["solved-2"] == ("solved-2", None) and ids["x-2"] == ("x-2", None) and ids["x!"] == ("x_", None)
+    assert ids["Solved"][1] == "solved" and ids["solved"][1] == "Solved"
+    given = [student.lower() for student, _ in ids.values()]
+    assert len(set(given)) == len(given) and not {"solved", "solved-2"} & {
+        ids["Solved"][0].lower(),
+        ids["solved"][0].lower(),
+    }
