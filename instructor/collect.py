@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -309,8 +310,9 @@ def find_notebooks(student_dir: Path, names: list[str]) -> tuple[dict[str, Path]
     queue, seen = [root], 0
     while queue:
         folder = queue.pop(0)
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        try:  # at most the entries left to look at are listed (a folder of 200,000 files took 66 MB to sort whole)
+            with os.scandir(folder) as listing:
+                entries = sorted(itertools.islice(listing, MAX_ENTRIES + 1 - seen), key=lambda e: e.name)
         except OSError as err:
             notes.append(f"{folder.relative_to(root)} could not be listed ({err.strerror})")
             continue
