@@ -20,7 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from harness._assertions import as_tensor_output, call, check_tensor, defaults_as_given, fail, mismatch_summary
+from harness._assertions import (
+    as_tensor_output,
+    assert_unchanged,
+    call,
+    check_tensor,
+    defaults_as_given,
+    fail,
+    mismatch_summary,
+)
 from harness.config import EncoderDecoderConfig
 
 __all__ = [
@@ -1021,9 +1029,12 @@ def seq2seq_loss_test(seq2seq_loss) -> None:
         tgt_out = torch.where(real_ids >= pad, real_ids + 1, real_ids).masked_fill(_padding([5, 2, 3], 5), pad)
         flat_logits, flat_tgt = logits.reshape(-1, 11), tgt_out.reshape(-1)
         what = f"{name}(logits {list(logits.shape)}, tgt_out, pad_id={pad}, label_smoothing={smoothing})"
+        given_logits, given_tgt = logits.clone(), tgt_out.clone()
         out = as_tensor_output(
-            _kcall(seq2seq_loss, logits.clone(), tgt_out.clone(), pad, what=what, label_smoothing=smoothing), what
+            _kcall(seq2seq_loss, given_logits, given_tgt, pad, what=what, label_smoothing=smoothing), what
         )
+        assert_unchanged(logits, given_logits, f"{what} (its logits)")  # the caller's tensors are the caller's
+        assert_unchanged(tgt_out, given_tgt, f"{what} (its tgt_out)")
         if out.numel() != 1:
             fail(f"{what} returned shape {list(out.shape)}: return the mean loss, one number.")
         expected = F.cross_entropy(flat_logits, flat_tgt, ignore_index=pad, label_smoothing=smoothing)

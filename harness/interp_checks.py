@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from harness._assertions import as_tensor_output, call, defaults_as_given, fail, mismatch_summary
+from harness._assertions import as_tensor_output, assert_unchanged, call, defaults_as_given, fail, mismatch_summary
 from harness.config import Config
 
 __all__ = [
@@ -842,18 +842,20 @@ def logit_attribution_test(logit_attribution) -> None:
     tokens = _tokens(13)
     logits, cache = _run_with_cache(hooked, tokens)
     components = _components(hooked, cache)
+    given = components.clone()
     with torch.no_grad():
         got = as_tensor_output(
             call(
                 logit_attribution,
                 hooked,
-                components.clone(),
+                given,
                 cache,
                 tokens,
                 what=f"{name}(model, components, cache, tokens)",
             ),
             name,
         )
+    assert_unchanged(components, given, f"{name} (its components)")
     expected = _attribution(hooked, components, cache, tokens)
     if tuple(got.shape) != tuple(expected.shape):
         extra = ""

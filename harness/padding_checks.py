@@ -67,7 +67,10 @@ def left_pad_test(left_pad) -> None:
     )
     for prompts, pad in cases:
         what = f"{name}({prompts}, pad_token_id={pad})"
-        out = call(left_pad, [list(p) for p in prompts], pad, what=what)
+        given = [list(p) for p in prompts]
+        out = call(left_pad, given, pad, what=what)
+        if given != [list(p) for p in prompts]:
+            fail(f"{what} changed the prompts it was given (now {given}): build the batch in new tensors.")
         if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
             fail(f"{what} returned {type(out).__name__}: return a pair of tensors (tokens, attention_mask).")
         tokens, mask = out

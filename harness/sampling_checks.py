@@ -18,7 +18,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from harness._assertions import as_tensor_output, call, defaults_as_given, fail
+from harness._assertions import as_tensor_output, assert_unchanged, call, defaults_as_given, fail
 
 __all__ = [
     "beam_search_test",
@@ -719,7 +719,10 @@ def sample_next_token_test(sample_next_token) -> None:
 
     def draw(seed: int, **kw) -> Tensor:
         kwargs = {**settings, **kw, "generator": torch.Generator().manual_seed(seed)}
-        out = _kcall(sample_next_token, logits.clone(), tokens.clone(), **kwargs, what=f"{name}(...)")
+        given_logits, given_tokens = logits.clone(), tokens.clone()
+        out = _kcall(sample_next_token, given_logits, given_tokens, **kwargs, what=f"{name}(...)")
+        assert_unchanged(logits, given_logits, f"{name} (its logits)")  # the caller may use them again
+        assert_unchanged(tokens, given_tokens, f"{name} (its tokens)")
         out = as_tensor_output(out, name)
         if tuple(out.shape) != (logits.shape[0],):
             extra = " (a [batch, 1] column: take [:, 0] of torch.multinomial's output)" if out.dim() == 2 else ""

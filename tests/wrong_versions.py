@@ -1318,6 +1318,16 @@ add(T, "frequency penalty ignored", sample_with("no_penalty"), "frequency_penalt
 add(T, "ignores top_k and top_p", sample_with("logits_multinomial"), "top_k", "top-k", "top_p", "filter")
 
 
+def sample_dividing_in_place(logits, tokens, temperature=1.0, top_k=None, top_p=None, frequency_penalty=0.0, **kw):
+    if temperature > 0:  # the caller's logits divided (agreement sweep 17)
+        logits.div_(temperature)
+        temperature = 1.0
+    return c07.sample_next_token(logits, tokens, temperature, top_k, top_p, frequency_penalty, **kw)
+
+
+add(T, "temperature applied in place", lambda: harness.sample_next_token_test(sample_dividing_in_place), "in place")
+
+
 def generate_with(kind):
     def fn(model, tokens, max_new_tokens, eos_token_id=c07.EOT, **sampling):
         finished = torch.zeros(tokens.shape[0], dtype=torch.bool)
@@ -1603,6 +1613,16 @@ add(T, "an integer mask (transformers' 1/0)", left_pad_with("long_mask"), "dtype
 add(T, "longest taken from the first prompt", left_pad_with("first_length"), "longest prompt")
 add(T, "mask marks each row's first positions", left_pad_with("mask_first"), "mask marks the first positions")
 add(T, "mask read from the ids", left_pad_with("mask_by_id"), "by each prompt's length")
+
+
+def left_pad_in_place(prompts, pad_token_id):  # pads the caller's own lists (agreement sweep 17)
+    longest = max(len(p) for p in prompts)
+    for p in prompts:
+        p[:0] = [pad_token_id] * (longest - len(p))
+    return c07.left_pad(prompts, pad_token_id)[0], torch.tensor([[True] * longest] * len(prompts))
+
+
+add(T, "pads the caller's lists", lambda: harness.left_pad_test(left_pad_in_place), "changed the prompts it was given")
 
 PA, PT = c07.PaddedAttention, c07.PaddedTransformer
 
