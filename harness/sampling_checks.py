@@ -970,6 +970,23 @@ def generate_test(generate) -> None:
     )
     if sampled.shape != (2, 7) or (sampled < 0).any() or (sampled >= d_vocab).any():
         fail(f"{name} with temperature 1 returned {sampled.tolist()}: expected 2 rows of 7 valid token ids.")
+    # Two runs with generators seeded alike, the global generator moved between them: the same tokens, whichever
+    # way the draws are made (8 rows of 6 tokens at temperature 5: alike by chance about once in 10^40)
+    rows = prompt[1:2].repeat(8, 1)
+    runs = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        out = _kcall(
+            generate, model, rows.clone(), 6, eos_token_id=-1, temperature=5.0,
+            generator=torch.Generator().manual_seed(0), what=name,
+        )  # fmt: skip
+        runs.append(as_tensor_output(out, name))
+    if not torch.equal(*runs):
+        fail(
+            f"{name} drew other tokens in two runs with generators seeded alike (the global generator moved between "
+            "them): pass the generator on to sample_next_token at every step (generator=generator), so that a seed "
+            "reproduces a run."
+        )
     _generate_samples(generate, name, model, eos)
     print(
         f"{name} passed: greedy rows stop at <|endoftext|> one by one, match GPT2LMHeadModel.generate, and sampled "
@@ -1056,13 +1073,16 @@ def _generate_matches_hf(generate, name: str) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _exhaustive(model, prompt: Tensor, max_new: int, eos: int) -> tuple[list[int], float]:
-    """The continuation with the highest summed log-probability over every sequence (ending at eos or max_new)."""
+def _exhaustive(model, prompt: Tensor, max_new: int, eos: int, first: int | None = None) -> tuple[list[int], float]:
+    """The continuation with the highest summed log-probability over every sequence (ending at eos or max_new);
+    `first`: over those that start with that token only."""
     best, best_score = None, -math.inf
     d_vocab = model.cfg.d_vocab
     for length in range(1, max_new + 1):
         for seq in itertools.product(range(d_vocab), repeat=length):
             if any(t == eos for t in seq[:-1]) or (length < max_new and seq[-1] != eos):
+                continue
+            if first is not None and seq[0] != first:
                 continue
             tokens = torch.cat([prompt[0], torch.tensor(seq)])
             log_probs = model(tokens[None])[0].log_softmax(-1)
@@ -1441,10 +1461,12 @@ def beam_search_test(beam_search) -> None:
     got = run(25, 3)  # 25 >= 5^2 beams: beam search is then exhaustive
     if got != best:
         hint = ""
-        if got[:1] == greedy[:1]:
+        if got == greedy:
+            hint = " It is greedy decoding's answer: keep num_beams hypotheses at every step, not the likeliest one."
+        elif got == _exhaustive(model, prompt, 3, eos, first=greedy[0])[0]:  # the best below the likeliest parent
             hint = (
-                " It followed the likeliest first token: keep the best `num_beams` candidates among the children "
-                "of every beam, not only the best parent's."
+                " It is the best sequence that starts with the likeliest first token: keep the best `num_beams` "
+                "candidates among the children of every beam, not only the best parent's."
             )
         elif got[-1:] == [eos] and best[-1:] != [eos] and len(best) == 3:
             hint = (

@@ -1335,6 +1335,8 @@ def generate_with(kind):
             window = tokens if kind == "nocrop" else tokens[:, -model.cfg.n_ctx :]
             logits = model(window)[:, -1]
             # the penalty counted over the window the model sees (a mutation sweep: passed the judge then)
+            if kind == "no_generator":  # the global generator instead (agreement sweep 17)
+                sampling = {k: v for k, v in sampling.items() if k != "generator"}
             nxt = c07.sample_next_token(logits, window if kind == "window_penalty" else tokens, **sampling)
             if kind == "argmax":  # never samples (red-team round 9: full marks where only greedy runs were checked)
                 nxt = logits.argmax(dim=-1)
@@ -1361,6 +1363,7 @@ add(T, "no padding after EOS", generate_with("nopad"), "eos", "pad")
 add(T, "stops when the first row finishes", generate_with("stop_first"), "every row", "row 0 finished", "first row")
 add(T, "never samples (argmax)", generate_with("argmax"), "never sampled", "argmax")
 add(T, "the penalty counts the window only", generate_with("window_penalty"), "crop what the model is given")
+add(T, "the generator not passed on", generate_with("no_generator"), "generators seeded alike")
 add(T, "finished | next == eos, unbracketed", generate_with("precedence"), "kept generating after row 0")
 
 
