@@ -637,9 +637,9 @@ class _RuleLM(nn.Module):
     """A deterministic stand-in for a language model: logits [batch pos d_vocab] whose argmax at position p is
     `_next_token_rule(tokens[:p+1])`, with a small margin, so sampling would rarely pick it."""
 
-    def __init__(self):
+    def __init__(self, n_ctx: int = 64):
         super().__init__()
-        self.cfg = Config(d_vocab=_GEN_VOCAB, n_ctx=64, d_model=8, d_head=4, n_heads=2, d_mlp=16, n_layers=1)
+        self.cfg = Config(d_vocab=_GEN_VOCAB, n_ctx=n_ctx, d_model=8, d_head=4, n_heads=2, d_mlp=16, n_layers=1)
         self.base = nn.Parameter(
             torch.rand(_GEN_VOCAB, generator=torch.Generator().manual_seed(0)), requires_grad=False
         )
@@ -652,6 +652,8 @@ class _RuleLM(nn.Module):
             raise ValueError(f"the model takes tokens of shape [batch, pos], got {list(tokens.shape)}")
         self.calls.append(tuple(tokens.shape))
         batch, pos = tokens.shape
+        if pos > self.cfg.n_ctx:
+            raise ValueError(f"{pos} positions, more than the model's n_ctx = {self.cfg.n_ctx}")
         logits = self.base.expand(batch, pos, _GEN_VOCAB).clone()
         for b in range(batch):
             row = tokens[b].tolist()
@@ -738,6 +740,18 @@ def greedy_generate_test(greedy_generate) -> None:
                 f"{name} on a model whose likeliest token is always <|endoftext|> ({_EndOfTextLM.EOT}) returned "
                 f"shape {list(eot.shape)}, expected [1, {pos + 3}] ending in three {_EndOfTextLM.EOT}s: append "
                 "exactly n_new tokens, whatever they are (stopping at <|endoftext|> comes in notebook 07)."
+            )
+        # The context filled exactly: 2 prompt tokens and 3 new ones on a model of 4 positions, whose last forward
+        # sees all 4 (a window one short passed while no forward reached the context: agreement sweep 17)
+        edge = as_tensor_output(
+            call(greedy_generate, _RuleLM(n_ctx=4).eval(), tokens[:, :2].clone(), 3, what=f"{name}(model, tokens, 3)"),
+            name,
+        )
+        expected = torch.tensor([_greedy_variants(row, 3)["right"] for row in tokens[:, :2].tolist()])
+        if tuple(edge.shape) != tuple(expected.shape) or not torch.equal(edge, expected):
+            fail(
+                f"{name} on a model of n_ctx = 4, a 2-token prompt and 3 new tokens returned {edge.tolist()}, expected "
+                f"{expected.tolist()}: the last forward sees the whole sequence, all 4 positions the model takes."
             )
         print(f"{name} passed: {n_new} and 2 greedy tokens appended correctly for a batch of {batch} prompts.")
         return
