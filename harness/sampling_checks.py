@@ -1489,6 +1489,21 @@ def beam_search_test(beam_search) -> None:
             f"{name} over 40 steps differs from the best sequence ({want[:6]}...): products of probabilities "
             "underflow to 0 in float32; add log-probabilities instead."
         )
+    # ... and past the model's context: each beam's last n_ctx tokens go in (agreement sweep 17: a search that fed
+    # whole beams passed while no search outgrew a context)
+    short = ScriptedLM(flat, n_ctx=4)
+    try:
+        got = run(2, 6, m=short, p=torch.tensor([[1]]), eos_id=49)
+    except AssertionError as err:
+        if "n_ctx" not in str(err):
+            raise
+        raise AssertionError(
+            f"{name} fed the model more tokens than its context (model.cfg.n_ctx = 4 here) once the beams grew: give "
+            f"the model the last n_ctx tokens of each beam. ({str(err).splitlines()[0]})"
+        ) from err
+    want = _greedy_reference(short, torch.tensor([[1]]), 6, 49)[0, 1:].tolist()
+    if got != want:
+        fail(f"{name} on a model of n_ctx = 4, 6 new tokens after a 1-token prompt, returned {got}, expected {want}.")
     loop = torch.full((6, 6), -4.0)
     for a, b in ((0, 1), (1, 0), (2, 3), (3, 2)):
         loop[a, b] = 3.0
