@@ -149,6 +149,19 @@ def attention_pattern_test(attention_pattern) -> None:
         },
         "[batch n_heads pos_q pos_k] (the shape of the scores)",
     )
+    # Scores of hundreds, as a trained model's can be: exp overflows in float32 past about 88, so an exp over its sum
+    # (inf / inf) or a softmax renormalised after a mask (0 / 0) gives NaN where the masked softmax does not
+    big = 300 * _rand(5, 1, 2, 6, 6)
+    out = _run_step(attention_pattern, name, big)
+    if not torch.isfinite(out).all():
+        fail(
+            f"{name} on scores of hundreds returned NaN or inf: exp overflows in float32 past about 88, and "
+            "probabilities renormalised after a mask give 0/0. Mask the scores first, then take torch.softmax, which "
+            "subtracts each row's largest score before exp."
+        )
+    want = big.masked_fill(future, -1e5).softmax(-1)
+    if (out - want).abs().max().item() > 1e-4:
+        fail(f"{name} on scores of hundreds differs from the masked softmax by up to {(out - want).abs().max():.3g}.")
     print(f"{name} passed: masked, then a softmax over the keys; every row sums to 1, nothing above the diagonal.")
 
 

@@ -446,6 +446,21 @@ add(T, "keys before queries", scores(order="bnkq"), "swap", "transpos", "pos_q p
 
 T = "attention_pattern_test"
 add(T, "", lambda: harness.attention_pattern_test(c03.attention_pattern))
+
+
+def pattern_exp_over_sum(s):  # right on small scores; inf / inf on scores of hundreds (agreement sweep 17)
+    e = c03.apply_causal_mask(s).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def pattern_renormalised(s):  # softmax, mask to 0, renormalise: 0 / 0 where a row's kept keys underflow
+    future = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).triu(1)
+    p = s.softmax(-1).masked_fill(future, 0.0)
+    return p / p.sum(-1, keepdim=True)
+
+
+add(T, "exp over its sum", lambda: harness.attention_pattern_test(pattern_exp_over_sum), "exp overflows")
+add(T, "renormalised after the mask", lambda: harness.attention_pattern_test(pattern_renormalised), "0/0")
 add(
     T,
     "softmax over queries",
