@@ -1236,10 +1236,21 @@ def select_beams_test(select_beams) -> None:
     banned[0, :7] = NEG_INF  # two allowed tokens in all, fewer than num_beams: -inf candidates are none
     banned[1, 1:] = NEG_INF
     cases.append((banned, 3, 3, False))
+    # fewer candidates in all than 2 * num_beams: one live beam over 3 tokens, 2 beams (a topk of 2 * num_beams with no
+    # bound raised here, agreement sweep 17)
+    cases.append((_seeded_scores(5, 1, 3, 2, ()), 2, 2, False))
     for scores, num_beams, eos, last_step in cases:
         what = f"{name}(scores [{scores.shape[0]}, {scores.shape[1]}], num_beams={num_beams}, eos_token_id={eos}, last_step={last_step})"
         original = scores.clone()
-        out = _kcall(select_beams, scores, num_beams, eos, last_step=last_step, what=what)
+        try:
+            out = _kcall(select_beams, scores, num_beams, eos, last_step=last_step, what=what)
+        except AssertionError as err:
+            if scores.numel() >= 2 * num_beams:
+                raise
+            raise AssertionError(
+                f"{str(err).splitlines()[0]}. There are {scores.numel()} candidates in all, fewer than 2 * num_beams "
+                f"= {2 * num_beams}: take at most as many as there are."
+            ) from err
         if not isinstance(out, tuple) or len(out) != 2:
             fail(f"{what} must return a tuple (live, finished) of two index tensors; got {type(out).__name__}.")
         if not torch.equal(scores, original):

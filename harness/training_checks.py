@@ -909,6 +909,8 @@ def _lr_edges(lr_at: Callable, TrainingArgs, name: str) -> None:
         {"max_steps": 5, "lr": 1e-3, "warmup_steps": 5, "min_lr_ratio": 0.2},
         {"max_steps": 6, "lr": 1e-3, "warmup_steps": 5, "min_lr_ratio": 0.2},
         {"max_steps": 50, "lr": 6e-4, "warmup_steps": 1, "min_lr_ratio": 0.0},
+        # no warm-up at all (agreement sweep 17: a special case for it returning lr at every step passed)
+        {"max_steps": 8, "lr": 1e-3, "warmup_steps": 0, "min_lr_ratio": 0.3},
     ):
         args = TrainingArgs(**fields)
         shown = ", ".join(f"{k}={v:g}" for k, v in fields.items())
@@ -921,7 +923,8 @@ def _lr_edges(lr_at: Callable, TrainingArgs, name: str) -> None:
                     f"{name}({step}, args with {shown}) = {float(value):.6g}, expected {expected:.6g}; the schedule "
                     f"with warmup_steps=20, max_steps=200 was right. At step warmup_steps the rate is lr, the "
                     "cosine's start; it reaches min_lr_ratio * lr at max_steps and stays there after. Where "
-                    "max_steps == warmup_steps there is no decay: lr at that step, min_lr_ratio * lr after it."
+                    "max_steps == warmup_steps there is no decay: lr at that step, min_lr_ratio * lr after it; where "
+                    "warmup_steps == 0 there is no warm-up: the cosine starts at step 0."
                 )
 
 
