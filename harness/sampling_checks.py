@@ -934,35 +934,19 @@ def generate_test(generate) -> None:
             "sequence is longer than n_ctx, the model sees its LAST n_ctx tokens, tokens[:, -n_ctx:]."
         )
     # The frequency penalty counts the prompt too: 2 three times in it turns the argmax after 1 from 2 into 4.
-    penalised = as_tensor_output(
-        _kcall(
-            generate, model, torch.tensor([[2, 2, 2, 1]]), 1, eos_token_id=eos, temperature=0.0,
-            frequency_penalty=1.5, what=f"{name}(..., frequency_penalty=1.5)",
-        ),
-        name,
+    _penalised_choice(
+        generate, model, [[2, 2, 2, 1]], eos, name,
+        "the penalty counts every token of the sequence so far, the prompt's included (token 2, three times in the "
+        "prompt, loses 4.5 and falls below token 4); pass the whole sequence to sample_next_token, with the sampling "
+        "options.",
     )  # fmt: skip
-    if penalised[0, -1].item() != 4:
-        fail(
-            f"{name}(model, [[2, 2, 2, 1]], 1, temperature=0, frequency_penalty=1.5) chose {penalised[0, -1].item()}, "
-            "expected 4: the penalty counts every token of the sequence so far, the prompt's included (token 2, "
-            "three times in the prompt, loses 4.5 and falls below token 4); pass the whole sequence to "
-            "sample_next_token, with the sampling options."
-        )
     # ... and every token before the window too: the model sees the last n_ctx tokens, the penalty counts them all.
-    windowed = as_tensor_output(
-        _kcall(
-            generate, short_context, torch.tensor([[2, 2, 2, 5, 6, 7, 1]]), 1, eos_token_id=eos, temperature=0.0,
-            frequency_penalty=1.5, what=f"{name}(..., frequency_penalty=1.5)",
-        ),
-        name,
+    _penalised_choice(
+        generate, short_context, [[2, 2, 2, 5, 6, 7, 1]], eos, name,
+        "token 2 is three times in the sequence, before the model's 4-position window. The model sees the last n_ctx "
+        "tokens, but the penalty counts every token so far: crop what the model is given, not what sample_next_token "
+        "is given.",
     )  # fmt: skip
-    if windowed[0, -1].item() != 4:
-        fail(
-            f"{name}(model with n_ctx = 4, [[2, 2, 2, 5, 6, 7, 1]], 1, temperature=0, frequency_penalty=1.5) chose "
-            f"{windowed[0, -1].item()}, expected 4: token 2 is three times in the sequence, before the model's "
-            "4-position window. The model sees the last n_ctx tokens, but the penalty counts every token so far: "
-            "crop what the model is given, not what sample_next_token is given."
-        )
     _generate_matches_hf(generate, name)
     g = torch.Generator().manual_seed(0)
     sampled = as_tensor_output(
@@ -992,6 +976,24 @@ def generate_test(generate) -> None:
         f"{name} passed: greedy rows stop at <|endoftext|> one by one, match GPT2LMHeadModel.generate, and sampled "
         "tokens follow softmax(logits / temperature)."
     )
+
+
+def _penalised_choice(generate, model: ScriptedLM, prompt: list, eos: int, name: str, why: str) -> None:
+    """One greedy token under frequency_penalty=1.5 after `prompt`, whose last token is 1: 4 is due (after 1 the
+    scripted model prefers 2 by 3, and 2 is three times in the prompt)."""
+    out = as_tensor_output(
+        _kcall(
+            generate, model, torch.tensor(prompt), 1, eos_token_id=eos, temperature=0.0, frequency_penalty=1.5,
+            what=f"{name}(..., frequency_penalty=1.5)",
+        ),
+        name,
+    )  # fmt: skip
+    if out[0, -1].item() != 4:
+        context = f"model with n_ctx = {model.cfg.n_ctx}, " if model.cfg.n_ctx < 256 else "model, "
+        fail(
+            f"{name}({context}{prompt}, 1, temperature=0, frequency_penalty=1.5) chose {out[0, -1].item()}, expected "
+            f"4: {why}"
+        )
 
 
 def _generate_samples(generate, name: str, model: ScriptedLM, eos: int, n: int = 2000) -> None:

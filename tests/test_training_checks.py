@@ -157,28 +157,25 @@ def no_zero_grad(model, optimizer, train_windows, val_windows, step, args):
     return loss
 
 
-def consecutive_windows(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 16
+def right_step_on(model, optimizer, batch, step, args):
+    """The course's step on a batch chosen by the caller."""
     set_lr(optimizer, lr_at(step, args))
-    start = torch.randint(len(train_windows) - args.batch_size + 1, (1,))
-    batch = train_windows[start + torch.arange(args.batch_size)]
     loss = lm_cross_entropy(model(batch), batch)
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
     optimizer.step()
     return loss
+
+
+def consecutive_windows(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 16
+    start = torch.randint(len(train_windows) - args.batch_size + 1, (1,))
+    return right_step_on(model, optimizer, train_windows[start + torch.arange(args.batch_size)], step, args)
 
 
 def in_eval_mode(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 16
-    set_lr(optimizer, lr_at(step, args))
-    batch = batch_of(train_windows, args)
     model.eval()
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-    optimizer.step()
-    return loss
+    return right_step_on(model, optimizer, batch_of(train_windows, args), step, args)
 
 
 def no_clipping(model, optimizer, train_windows, val_windows, step, args):
