@@ -157,13 +157,15 @@ def no_zero_grad(model, optimizer, train_windows, val_windows, step, args):
     return loss
 
 
-def right_step_on(model, optimizer, batch, step, args):
-    """The course's step on a batch chosen by the caller."""
-    set_lr(optimizer, lr_at(step, args))
+def right_step_on(model, optimizer, batch, step, args, clip=None, schedule=True):
+    """The course's step on a batch the caller chose; `clip(parameters)` in place of the course's clip, `schedule`
+    False to leave the learning rate alone."""
+    if schedule:
+        set_lr(optimizer, lr_at(step, args))
     loss = lm_cross_entropy(model(batch), batch)
     optimizer.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    (clip or (lambda params: torch.nn.utils.clip_grad_norm_(params, args.grad_clip)))(model.parameters())
     optimizer.step()
     return loss
 
@@ -179,45 +181,21 @@ def in_eval_mode(model, optimizer, train_windows, val_windows, step, args):  # a
 
 
 def no_clipping(model, optimizer, train_windows, val_windows, step, args):
-    set_lr(optimizer, lr_at(step, args))
-    batch = batch_of(train_windows, args)
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return loss
+    return right_step_on(model, optimizer, batch_of(train_windows, args), step, args, clip=lambda params: None)
 
 
 def clip_values(model, optimizer, train_windows, val_windows, step, args):
-    set_lr(optimizer, lr_at(step, args))
-    batch = batch_of(train_windows, args)
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_value_(model.parameters(), args.grad_clip)
-    optimizer.step()
-    return loss
+    clip = lambda params: torch.nn.utils.clip_grad_value_(params, args.grad_clip)
+    return right_step_on(model, optimizer, batch_of(train_windows, args), step, args, clip=clip)
 
 
 def clip_to_one(model, optimizer, train_windows, val_windows, step, args):
-    set_lr(optimizer, lr_at(step, args))
-    batch = batch_of(train_windows, args)
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    return loss
+    clip = lambda params: torch.nn.utils.clip_grad_norm_(params, 1.0)
+    return right_step_on(model, optimizer, batch_of(train_windows, args), step, args, clip=clip)
 
 
 def no_schedule(model, optimizer, train_windows, val_windows, step, args):
-    batch = batch_of(train_windows, args)
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-    optimizer.step()
-    return loss
+    return right_step_on(model, optimizer, batch_of(train_windows, args), step, args, schedule=False)
 
 
 def lr_after_step(model, optimizer, train_windows, val_windows, step, args):
