@@ -82,6 +82,19 @@ def _run_step(fn, name: str, *args) -> torch.Tensor:
     for before, after in zip(args, given):
         if not torch.equal(before, after):
             fail(f"{name} modified an input in place: compute into a new tensor.")
+    # again with inputs that require gradients: the same output, and one the gradients flow back through (a
+    # `.detach()` gave right values and passed here while the grader's judge refused it: agreement sweep 18)
+    leaves = [a.clone().requires_grad_(a.is_floating_point()) for a in args]
+    with torch.enable_grad():
+        again = as_tensor_output(call(fn, *leaves, what=f"{name}(...)"), name)
+    if any(leaf.requires_grad for leaf in leaves) and again.is_floating_point() and not again.requires_grad:
+        fail(
+            f"{name}'s output carries no gradient back to its inputs: a .detach(), .data, torch.no_grad() or a value "
+            "made outside torch cuts the graph, and training could not pass through it."
+        )
+    alike = tuple(again.shape) == tuple(out.shape) and torch.allclose(again.detach(), out, 1e-4, 1e-5, equal_nan=True)
+    if not alike:
+        fail(f"{name} returned other values when its inputs require gradients: compute the same either way.")
     return out
 
 

@@ -825,6 +825,21 @@ def _needed_actions(
     return {i: frozenset(ids) for i, ids in keep.items()}, None
 
 
+def without_deep(tree: ast.Module) -> tuple[ast.Module, list[ast.stmt]]:
+    """The cell without the statements nested too deep for the plan's (recursive) analysis, and those statements.
+    Each is left out of the judge's run on its own: one such expression made the whole cell, and the analysis of
+    every other cell, give up, and an honest registry an exercise read was dropped with it (red-team round 47)."""
+    kept, deep = [], []
+    for stmt in tree.body:
+        try:
+            global_uses(ast.Module(body=[stmt], type_ignores=[]))
+            ast.unparse(stmt)
+            kept.append(stmt)
+        except RecursionError:
+            deep.append(stmt)
+    return ast.Module(body=kept, type_ignores=tree.type_ignores), deep
+
+
 def defined_names(tree: ast.Module) -> list[str]:
     """Top-level names a cell defines with def/class (an exercise's names: LayerNorm, gelu_new, ...)."""
     return [s.name for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
@@ -1040,7 +1055,12 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
     needed = {n for sol in solutions.values() for n in sol["names"]}
     for i, ex in planned.items():
         try:
-            parsed[i] = ast.parse(ipython_to_python(cell_source(learner_nb["cells"][i])))
+            parsed[i], deep = without_deep(ast.parse(ipython_to_python(cell_source(learner_nb["cells"][i]))))
+            if deep:
+                notes.append(
+                    f"cell {i}: {len(deep)} statement(s) nested too deep to analyse (line {deep[0].lineno}) were "
+                    "left out of the judge's run"
+                )
             if ex is not None and solutions[ex]["top_level_code"]:
                 needed |= global_uses(parsed.pop(i))
             else:
@@ -1066,7 +1086,7 @@ def build_plan(source_nb: dict, learner_nb: dict, name: str) -> dict:
             "dropped": [],
         }
         try:
-            tree = parsed.get(learner_index) or ast.parse(ipython_to_python(text))
+            tree = parsed.get(learner_index) or without_deep(ast.parse(ipython_to_python(text)))[0]
             keep_all = ex is not None and solutions[ex]["top_level_code"]
             if not keep_all:
                 keep = kept_whole.get(learner_index, frozenset())

@@ -1476,6 +1476,21 @@ def test_the_plan_keeps_an_action_whose_change_a_kept_definition_reads():
     assert len(step["dropped"]) == 6, step["dropped"]
 
 
+def test_a_statement_too_deep_to_analyse_is_left_out_alone():
+    """One expression nested too deep for the plan's recursive analysis (900 `not`s, which Python runs) made the
+    whole cell, and the dataflow of every other cell, give up: a registry beside it, which the exercise reads, was
+    dropped, and an honest gelu_new scored 0 (red-team round 47). Only that statement is left out, and said so."""
+    notebook = "04_mlp_and_block"
+    sol = solution(notebook)
+    registry = "_ACT = {'tanh': torch.tanh}\n_deep = " + "not " * 900 + "0\n"
+    body = "def gelu_new(x):\n    return 0.5 * x * (1 + _ACT['tanh'](0.7978845608 * (x + 0.044715 * x**3)))\n"
+    nb = insert_before(set_source(copy.deepcopy(sol), "gelu_new", body), "gelu_new", registry)
+    plan = build_plan(sol, nb, notebook)
+    code = "\n".join(s["code"] for s in plan["steps"] if s["kind"] == "learner")
+    assert "_ACT = {" in code and "not not" not in code, code[:300]
+    assert any("nested too deep to analyse" in n for n in plan["notes"]), plan["notes"]
+
+
 def test_the_plans_dataflow_reads_each_statement_once(monkeypatch):
     """A chain of statements each needed by the next (`n_i.put(n_i+1)` in reverse order, read by a function through
     `n_0`) with a 250,000-element literal beside them took 204 s to plan while every round re-read every statement;
