@@ -61,7 +61,20 @@ def gelu_new_test(gelu_new) -> None:
             what=f"{name}(x)",
             rule="the exercise is GPT-2's GELU from tensor operations (tanh, pow), without F.gelu or torch's own GELU",
         )
-        print(f"{name} passed: matches GPT-2's tanh GELU on {x.numel()} values.")
+        leaf = x.clone().requires_grad_(True)  # and its gradient: training backpropagates through it
+        with torch.enable_grad():
+            value = as_tensor_output(call(gelu_new, leaf, what=f"{name}(x)"), name)
+            if not value.requires_grad:
+                fail(
+                    f"{name}'s output carries no gradient back to x: a .detach(), .data, torch.no_grad() or a value made "
+                    "outside torch cuts the graph, and the MLP could not be trained through it."
+                )
+            (grad,) = torch.autograd.grad(value.sum(), leaf)
+            due = torch.autograd.grad(F.gelu(x64.requires_grad_(True), approximate="tanh").sum(), x64)[0]
+        summary = mismatch_summary(grad, due, atol=1e-5, rtol=1e-4)
+        if summary is not None:
+            fail(f"{name}'s gradient differs from that of GPT-2's GELU, though its values are right: {summary}.")
+        print(f"{name} passed: matches GPT-2's tanh GELU on {x.numel()} values, and its gradient.")
         return
 
     def near(candidate: Tensor) -> bool:
