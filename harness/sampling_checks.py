@@ -777,8 +777,9 @@ def sample_next_token_test(sample_next_token) -> None:
         outside = (freqs > 0) & (expected == 0)
         if outside.any():
             fail(
-                f"{name} drew tokens that top-k/top-p must have removed (e.g. token {int(outside.nonzero()[0, 1])}): "
-                "filter before the softmax, and sample from what is left."
+                f"{name} drew tokens that the penalty, temperature, top-k and top-p leave with probability 0 (e.g. token "
+                f"{int(outside.nonzero()[0, 1])}): the draw is one sample from the softmax of the processed logits, "
+                "so a token the filters removed never comes."
             )
         fail(
             f"{name}: the frequencies of {n} draws per row differ from the probabilities after penalty, temperature, "
