@@ -423,6 +423,22 @@ def head_detector_test(head_detector_scores) -> None:
             f"{[round(v, 3) for v in expected[key].tolist()]} on crafted heads (previous-token, current-token, "
             "first-token, uniform, random)."
         )
+    # one batch row and one head: every axis of size one that a bare `.squeeze()` would drop (the grader's judge
+    # probes such shapes, and a squeeze there passed this check: agreement sweep 18)
+    lone = _crafted_patterns(1, 9, 1, [1])
+    squeeze = "a bare .squeeze() also drops the batch and head axes when they have size one"
+    try:
+        out = call(head_detector_scores, lone.clone(), what=f"{name}(pattern of 1 batch row, 1 head)")
+    except AssertionError as err:
+        raise AssertionError(f"{err}. It was right on 3 rows of 5 heads: {squeeze}.") from err
+    for key, want in _detector_oracle(lone).items():
+        got = as_tensor_output(out[key] if isinstance(out, dict) and key in out else None, f"{name}(...)['{key}']")
+        if tuple(got.shape) != (1,) or not _close(got, want):
+            fail(
+                f"{name} on a pattern of one batch row and one head gave '{key}' {got.tolist()} of shape "
+                f"{list(got.shape)}, expected [1] = {[round(v, 3) for v in want.tolist()]}: reduce the axes by "
+                f"position ({squeeze})."
+            )
     print(f"{name} passed: previous-, current- and first-token scores match on crafted heads, query 0 left out.")
 
 

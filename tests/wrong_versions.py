@@ -1772,6 +1772,8 @@ def head_detector_with(kind):
         if kind != "cur_all":
             cur = cur[..., 1:]
         first = pattern[..., 1:, 0] if kind != "first_row" else pattern[..., 0, 1:]
+        if kind == "squeeze":  # right on every batch and head count but one (agreement sweep 18)
+            first = pattern[:, :, 1:, :1].squeeze()
         agg = (lambda s: s.mean(dim=(0, -1))) if kind != "sum" else (lambda s: s.sum(dim=(0, -1)))
         return {"previous": agg(prev), "current": agg(cur), "first": agg(first)}
 
@@ -1784,6 +1786,7 @@ add(T, "previous = diagonal offset +1", head_detector_with("prev_up"), "diagonal
 add(T, "current includes query 0", head_detector_with("cur_all"), "query 0")
 add(T, "first = row 0", head_detector_with("first_row"), "key axis for the query axis", "column", "key 0")
 add(T, "sums instead of means", head_detector_with("sum"), "summed where the mean")
+add(T, "a bare squeeze", head_detector_with("squeeze"), "bare .squeeze()")
 
 
 def induction_with(kind):
