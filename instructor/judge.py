@@ -904,25 +904,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             for n_new in ((2, 4), (1, 1))
         ),
         # Prompts of different lengths ("uneven": the first the longest, the second the shortest, so that rows are
-        # padded on every draw), a padding id drawn among the ordinary ones: attending to a pad shows.
-        _fn(
-            "test_left_pad",
-            "left_pad",
-            ("uneven", ("padded_rows", (1, 7))),
-            ("pad_out", 0),
-            output="tuple",
-            compare="exact",
-        ),
-        # ... with a padding id that a prompt holds as a real token, as GPT-2's prompts begin with <|endoftext|>, the
-        # usual pad (a mask read from the ids, `tokens != pad_token_id`, passed: mutation sweep 14)
-        _fn(
-            "test_left_pad",
-            "left_pad",
-            ("uneven", ("padded_rows", (1, 7))),
-            ("pad_in", 0),
-            output="tuple",
-            compare="exact",
-            hint=PAD_IN_HINT,
+        # padded on every draw) and a padding id no prompt holds, then one a prompt holds as a real token, as GPT-2's
+        # prompts begin with <|endoftext|>, the usual pad (a mask read from the ids, `tokens != pad_token_id`,
+        # passed: mutation sweep 14)
+        *(
+            _fn(
+                "test_left_pad",
+                "left_pad",
+                ("uneven", ("padded_rows", (1, 7))),
+                (pad, 0),
+                output="tuple",
+                compare="exact",
+                hint=PAD_IN_HINT if pad == "pad_in" else None,
+            )
+            for pad in ("pad_out", "pad_in")
         ),
         _fn(  # ... and one prompt alone (a bare `.squeeze()` dropped the row of a batch of one: mutation sweep 3)
             "test_left_pad",
@@ -1200,33 +1195,34 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="tuple",
             compare="exact",
         ),
-        _fn(
-            "test_greedy_decode",
-            "greedy_decode",
-            ("table_seq2seq", None),
-            ("right_padded", ("batch", "src")),
-            # 6 to 30 steps: past 10, the most drawn before (a loop capped at 10 passed: red-team round 30), and
-            # enough that a decoder fed a wrong prefix or unmasked padding picks another token at some step
-            ("int", (6, 30)),
-            config="encdec",
-            compare="exact",
-            script="decode_once",
-            until="decoded_rows_finish_apart",
-        ),
-        _fn(  # ... every row emitting EOS, at different steps, before max_len: decoding stops when the last does (one
-            # that stopped only where every row emitted EOS at the same step ran on to max_len and passed while some
-            # row always went on: mutation sweep 15)
-            "test_greedy_decode",
-            "greedy_decode",
-            ("finishing_seq2seq", None),
-            ("right_padded", ("batch", "src")),
-            ("int", (6, 30)),
-            config="encdec",
-            compare="exact",
-            script="decode_once",
-            until="decoded_rows_all_finish_apart",
-            hint="where every row emits EOS, at different steps, before max_len (where a row went on, it was right): "
-            "decoding stops once every row has finished",
+        # 6 to 30 steps: past 10, the most drawn before (a loop capped at 10 passed: red-team round 30), and enough
+        # that a decoder fed a wrong prefix or unmasked padding picks another token at some step; drawn until a row
+        # ends while another goes on, then until every row ends, at different steps, before max_len (a decoding
+        # that stopped only where every row emitted EOS at the same step ran on and passed: mutation sweep 15)
+        *(
+            _fn(
+                "test_greedy_decode",
+                "greedy_decode",
+                (model, None),
+                ("right_padded", ("batch", "src")),
+                ("int", (6, 30)),
+                config="encdec",
+                compare="exact",
+                script="decode_once",
+                until=until,
+                hint=hint,
+            )
+            for model, until, hint in (
+                ("table_seq2seq", "decoded_rows_finish_apart", None),
+                (
+                    "finishing_seq2seq",
+                    "decoded_rows_all_finish_apart",
+                    (
+                        "where every row emits EOS, at different steps, before max_len (where a row went on, it was "
+                        "right): decoding stops once every row has finished"
+                    ),
+                ),
+            )
         ),
         _fn(  # no row ever emits EOS: decoding runs its max_len steps, 11 to 30 (a loop capped at 10 passed while every
             # max_len drawn was 10 or less, and rows mostly finished early: red-team round 30)

@@ -576,6 +576,18 @@ class AttnMaskInPlaceOnParam(A):  # self.IGNORE overwritten in forward: -1e5 bec
 
 T = "rand_float_test(Attention)"
 add(T, "", rand_float(A))
+
+
+class AttnTorchs(A):  # right values, from torch's own attention, which 03 forbids (a sibling of F.layer_norm's)
+    def forward(self, x):
+        q = einops.einsum(x, self.W_Q, "b p m, n m h -> b n p h") + self.b_Q[:, None]
+        k = einops.einsum(x, self.W_K, "b p m, n m h -> b n p h") + self.b_K[:, None]
+        v = einops.einsum(x, self.W_V, "b p m, n m h -> b n p h") + self.b_V[:, None]
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return einops.einsum(z, self.W_O, "b n p h, n h m -> b p m") + self.b_O
+
+
+add(T, "F.scaled_dot_product_attention", rand_float(AttnTorchs), "ran aten::")
 add(T, "no 1/sqrt(d_head)", rand_float(attention_variant(scale=1.0)), "sqrt(d_head)", "scaling")
 add(T, "1/sqrt(d_model)", rand_float(attention_variant(scale=48**-0.5)), "d_model")
 add(T, "mask hides the diagonal", rand_float(attention_variant(mask="diag")), "diagonal")
