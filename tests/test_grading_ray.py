@@ -214,7 +214,9 @@ def test_same_scores_and_verdicts_as_one_machine(batches):
     ray = {tuple(r[k] for k in key): r for r in _rows(batches["ray"], "grades.csv")}
     assert local.keys() == ray.keys()
     for k, row in local.items():
-        assert {f: ray[k][f] for f in fields} == {f: row[f] for f in fields}, k
+        # each row's reason and flags in the message: a verdict that differs must say why on both sides
+        seen = {name: {f: r[k][f] for f in ("reason", "flags")} for name, r in (("local", local), ("ray", ray))}
+        assert {f: ray[k][f] for f in fields} == {f: row[f] for f in fields}, (k, seen)
         assert _flags(ray[k]) == _flags(row), k
     scores = {r["student"]: float(r["score"]) for r in _rows(batches["ray"], "summary.csv") if r["notebook"] == LN}
     # the grades themselves, not only their agreement: both batches could be wrong the same way
