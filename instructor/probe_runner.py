@@ -42,6 +42,29 @@ class ProbeTimeout(BaseException):
     """A probe ran past its time limit (a BaseException, so the learner's `except Exception` won't eat it)."""
 
 
+class Alarm:
+    """A time limit on one call: `exception` raised by SIGALRM after `start(seconds)`, then again every second
+    while the call goes on (learner code that catches the first gets another), never once `stop()` has run. A repeat
+    that landed while the first was being handled, after the call, escaped the probe it was for and ended its whole
+    phase: every later probe of the notebook had no output (an honest, slow `generate` scored 0 of 35: red-team round
+    49). `ring` is the SIGALRM handler."""
+
+    def __init__(self, exception: type[BaseException]):
+        self.exception, self.armed = exception, False
+
+    def ring(self, signum, frame):
+        if self.armed:
+            raise self.exception()
+
+    def start(self, seconds: float) -> None:
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+
+    def stop(self) -> None:
+        self.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 def load_request(folder: str) -> dict:
     """The probes with their tensors, read into memory (the child does this as root, before learner code)."""
     from safetensors.torch import load
@@ -1841,7 +1864,11 @@ def parameter_gradient(model, *args, _forward=None, **kwargs) -> dict:
         if not isinstance(out, torch.Tensor) or not out.is_floating_point():
             raise ProbeError("the module's output is not a floating-point tensor")
         params = dict(model.named_parameters())
-        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026), dtype=out.dtype)
+        # drawn in float32 whatever the output's type: the judge's float64 run of the course's module, which
+        # measures its rounding (`judge._rounding_noise`), gets the same numbers
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026), dtype=torch.float32).to(
+            out.dtype
+        )
         if not out.requires_grad:
             raise ProbeError(
                 "no gradient reaches the module's parameters from its output: compute it with torch operations on "
@@ -1876,7 +1903,9 @@ def input_gradient(fn, *args, _causal: bool = False, **kwargs) -> dict:
                 "NumPy, .item(), .detach() or a tensor rebuilt from numbers), so that a model built on it trains"
             )
         # drawn in float32 whatever the output's type: a float64 mask's cotangent is then the same numbers
-        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026)).to(out.dtype)
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(2026), dtype=torch.float32).to(
+            out.dtype
+        )
         if _causal:
             cotangent = cotangent.tril()
         grads = torch.autograd.grad((out * cotangent).sum(), list(inputs.values()), allow_unused=True)
@@ -2438,14 +2467,11 @@ def run_probes(
     outputs, errors = {}, {}
     previous = signal.getsignal(signal.SIGALRM)
     probes = list(request["probes"])
-
-    def alarm(signum, frame):
-        raise ProbeTimeout()
-
+    limit = Alarm(ProbeTimeout)
     took = []  # (seconds, probe): the job's log names the slowest
     written = time.monotonic()
     try:
-        signal.signal(signal.SIGALRM, alarm)
+        signal.signal(signal.SIGALRM, limit.ring)
         for probe in probes:
             if time.monotonic() - written > CHECKPOINT_SECONDS:  # what is done survives a kill of this process
                 write_outputs(request["folder"], outputs, dict(errors), phase)
@@ -2457,32 +2483,34 @@ def run_probes(
             if left <= 0:
                 errors[probe["name"]] = "not run (the notebook's time limit)"
                 continue
-            limit = max(0.5, min(timeout, left))
-            signal.setitimer(signal.ITIMER_REAL, limit, 1.0)
+            seconds = max(0.5, min(timeout, left))
             try:
-                tensors = request["tensors"]
-                if request.get("fetch") is not None:  # the feeder's: this probe's entry and inputs, now and once
-                    probe, tensors = request["fetch"](probe["name"])
-                for attempt in range(3):
-                    try:
-                        outputs.update(_run_one(probe, namespace, tensors))
-                        break
-                    except RecordUnreadable as err:
-                        if attempt == 2:
-                            raise ProbeError(f"the record of what {probe['target']} ran could not be read: {err}")
-            except ProbeTimeout:
-                errors[probe["name"]] = f"ran past its {limit:.0f} s limit"
+                try:
+                    limit.start(seconds)
+                    tensors = request["tensors"]
+                    if request.get("fetch") is not None:  # the feeder's: this probe's entry and inputs, now and once
+                        probe, tensors = request["fetch"](probe["name"])
+                    for attempt in range(3):
+                        try:
+                            outputs.update(_run_one(probe, namespace, tensors))
+                            break
+                        except RecordUnreadable as err:
+                            if attempt == 2:
+                                raise ProbeError(f"the record of what {probe['target']} ran could not be read: {err}")
+                finally:
+                    limit.stop()
+            except ProbeTimeout:  # the alarm, or its repeat landing while the first was handled: this probe's alone
+                limit.stop()
+                errors[probe["name"]] = f"ran past its {seconds:.0f} s limit"
             except ProbeError as err:
                 errors[probe["name"]] = str(err)[:400]
             except BaseException as err:  # noqa: BLE001 - learner code may raise anything, SystemExit included
                 errors[probe["name"]] = f"{probe['target']} raised {type(err).__name__}: {err}"[:400]
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                took.append((time.monotonic() - began, probe["name"]))
-    except BaseException as err:  # noqa: BLE001 - a late alarm, say: whatever ran is still written
+            took.append((time.monotonic() - began, probe["name"]))
+    except BaseException as err:  # noqa: BLE001 - whatever ran is still written
         errors["__runner__"] = f"{type(err).__name__}: {err}"[:400]
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        limit.stop()
         signal.signal(signal.SIGALRM, previous)
     _drop_learner_modes()
     slowest = ", ".join(f"{name} {seconds:.2f} s" for seconds, name in sorted(took, reverse=True)[:3])

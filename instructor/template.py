@@ -61,20 +61,24 @@ def _execute(statement, filename: str, namespace: dict, timeout: float, flags: i
             code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec", flags, True)
     except SyntaxError as err:
         return f"SyntaxError: {err.msg} (line {err.lineno})"
-    signal.setitimer(signal.ITIMER_REAL, max(0.5, timeout), 1.0)
+    from instructor.probe_runner import Alarm
+
+    limit = Alarm(StepTimeout)  # a repeat alarm landing after the statement is ignored, not raised in the runner
+    previous = signal.signal(signal.SIGALRM, limit.ring)
     try:
-        exec(code, namespace)  # noqa: S102 - running the learner's definitions is the point
-        return None
+        try:
+            limit.start(max(0.5, timeout))
+            exec(code, namespace)  # noqa: S102 - running the learner's definitions is the point
+            return None
+        finally:
+            limit.stop()
     except StepTimeout:
+        limit.stop()
         return f"the cell ran past its {timeout:.0f} s limit"
     except BaseException as err:  # noqa: BLE001 - learner code may raise anything, SystemExit included
         return _short(err)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def _alarm(signum, frame):
-    raise StepTimeout()
+        signal.signal(signal.SIGALRM, previous)
 
 
 def probe_steps(steps: list[dict]) -> list[dict]:
@@ -129,7 +133,6 @@ def run_probe_plan(
     from instructor.probe_runner import OUT_DIR, SERVED, phase_files, phases, sealed_run_probes
 
     run_probes = sealed_run_probes()  # before any learner code: what the definitions below rebind cannot reach it
-    signal.signal(signal.SIGALRM, _alarm)
     deadline = time.monotonic() + notebook_timeout
     groups = phases(probes) if probes is not None else [None]
     out_dir = os.path.join(probes["folder"], OUT_DIR) if probes is not None else None

@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -116,6 +117,58 @@ def test_a_hanging_forward_is_stopped(tmp_path):
     probe_runner.prepare_output(str(prepared.folder), None)
     probe_runner.run_probes(request, learner(hang), timeout=0.5, deadline=time.monotonic() + 60)
     assert "ran past its" in judge.verdicts(prepared)["test_layernorm"]["message"]
+
+
+def test_an_alarm_rings_while_armed_only_and_again_each_second():
+    """A probe's time limit (`probe_runner.Alarm`): raised past it, again a second later for code that caught the
+    first, never once stopped. A repeat that landed after the probe, while its first alarm was handled, ended the
+    whole phase: every later probe had no output, and an honest, slow `generate` cost its notebook 35 of 35 points
+    (red-team round 49)."""
+    limit = probe_runner.Alarm(probe_runner.ProbeTimeout)
+    previous = signal.signal(signal.SIGALRM, limit.ring)
+    caught = 0
+    try:
+        limit.start(0.05)
+        began = time.monotonic()
+        while time.monotonic() - began < 5:
+            try:
+                while True:
+                    pass
+            except probe_runner.ProbeTimeout:
+                caught += 1
+                if caught == 2:
+                    break
+        assert caught == 2 and 1.0 <= time.monotonic() - began < 4
+        limit.stop()
+        limit.ring(signal.SIGALRM, None)  # a late ring, as one already pending when the probe ended: ignored
+    finally:
+        limit.stop()
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    "notebook", [n for n in sorted(judge.PROBES) if any(p.script in judge.NOISY_SCRIPTS for p in judge.PROBES[n])]
+)
+def test_every_gradient_probe_measures_its_rounding_and_allows_it_alone(notebook, tmp_path):
+    """Each gradient probe's float32 rounding, measured against the course's code in float64 (`_rounding_noise`; a
+    course module that made float32 tensors of its own would leave it unmeasured, and the tolerance as tight as
+    before). An entry moved by less than NOISE_FACTOR times it passes; one moved by ten times more does not. The
+    course's own encoder-decoder, graded as a submission, failed about one judging in 24 on rounding alone."""
+    prepared = judge.prepare(notebook, tmp_path / "job")
+    gradient = [name for name, probe in prepared.probes.items() if probe.script in judge.NOISY_SCRIPTS]
+    assert gradient and not [name for name in gradient if not prepared.noise.get(name)], prepared.noise
+    name = max(gradient, key=lambda n: max(prepared.noise[n].values()))
+    probe, expected = prepared.probes[name], prepared.expected[name]
+    key, noise = max(prepared.noise[name].items(), key=lambda kv: kv[1])
+    assert noise < 1e-2 * float(expected[key].abs().max()) + 1e-5, (key, noise)  # rounding, not another cotangent
+    default = 1e-4 * max(1.0, expected[key].abs().float().mean().item()) + 1e-4 * float(expected[key].abs().max())
+    for shift, passes in (
+        (0.9 * judge.NOISE_FACTOR * noise, True),
+        (10 * (judge.NOISE_FACTOR * noise + default), False),
+    ):
+        got = {k: v.contiguous().clone() for k, v in expected.items()}
+        got[key].view(-1)[0] += shift
+        assert (judge.compare(probe, got, expected, prepared.noise[name]) is None) is passes, (key, noise, shift)
 
 
 def _rewrite(prepared, change):
