@@ -272,6 +272,7 @@ def _alone(course, prompt: list[int], max_new: int, eos: int) -> list[int]:
 
 
 PAD_IN_PROMPTS = "prompts that begin with the padding id itself"
+EOS_IN_PROMPTS = "prompts that hold the end-of-text id"
 
 
 def padded_generate_test(padded_generate, PaddedTransformer) -> None:
@@ -317,7 +318,9 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
             other,
             f"one prompt that emits the end-of-text id as new token {first(plain[1], late) + 1}",
         ),
-        # last, after every other case was right: GPT-2's prompts begin with <|endoftext|>, the usual pad as well
+        # after every earlier case was right: the end-of-text id inside the prompts finishes no row
+        ([[*prompts[0], never], [never, *prompts[1]], prompts[2]], 6, never, other, EOS_IN_PROMPTS),
+        # last: GPT-2's prompts begin with <|endoftext|>, the usual pad as well
         ([[never, *p] for p in prompts], 6, never, never, PAD_IN_PROMPTS),
     )
     lengths, calls = [], []
@@ -362,6 +365,12 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
                     )
                 continue
             holding = [i for i, p in enumerate(batch) if pad in p]
+            if about == EOS_IN_PROMPTS:
+                fail(
+                    f"{what}: wrong only where prompts hold eos_token_id = {eos} (the first ends with it), every "
+                    "earlier case right: a row is finished by the tokens generation emits, not by its prompt; start "
+                    f"with no row finished ({_first_difference(got, expected)})."
+                )
             if about == PAD_IN_PROMPTS and tuple(got.shape) == tuple(expected.shape):
                 fail(
                     f"{what}: wrong only where each prompt begins with pad_token_id = {pad} as a real token (as "

@@ -913,6 +913,17 @@ def generate_test(generate) -> None:
         )
     if every_row_ends.shape != expected.shape or not torch.equal(every_row_ends, expected):
         fail(f"{name} with rows that all finish: {_first_difference(every_row_ends, expected)}.")
+    # The end-of-text id inside the prompts (GPT-2's prompts often begin with it): no row has finished yet.
+    held = torch.tensor([[0, 1, eos], [eos, 8, 9]])
+    out = as_tensor_output(_kcall(generate, model, held.clone(), 4, eos_token_id=eos, temperature=0.0, what=name), name)
+    expected = _greedy_reference(model, held, 4, eos)
+    if out.shape != expected.shape or not torch.equal(out, expected):
+        fail(
+            f"{name} on prompts {held.tolist()} that hold eos_token_id={eos}, every earlier case right: "
+            f"{_first_difference(out, expected)} (expected {expected.tolist()}, got {out.tolist()}). A row is "
+            "finished by the tokens generate emits, not by its prompt: start with no row finished and mark a row "
+            "once its new token is the id."
+        )
     # A prompt that outgrows the model's context: the model must only ever see its last n_ctx tokens.
     short_context = ScriptedLM(_successor_table(d_vocab, eos), n_ctx=4)
     try:

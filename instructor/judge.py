@@ -69,6 +69,10 @@ SMALL = {
 # probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
 NEVER_EOS = ("d_vocab", "d_vocab")
 ANY_PAD = ("int", (0, "d_vocab-1"))  # a padding id drawn among the ordinary ones
+HELD_EOS_HINT = (  # after probes whose prompts hold no end-of-text id but by chance
+    "with an end-of-text id that the prompts hold (the first one ends with it), where other ids were right: a row is "
+    "finished by the tokens generation emits, not by its prompt"
+)
 PAD_IN_HINT = (  # after a probe whose padding id no prompt holds ("pad_out")
     "with a padding id that a prompt also holds as a real token, where another padding id was right: a position is "
     "padding by its prompt's length, not by its id"
@@ -116,15 +120,16 @@ class Probe:
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
     "strided_float", "tokens", "softmax", "logits", "fine_logits", "soft_logits", "peaked_logits", "graded_logits",
     "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens", "row_tokens",
-    "ngram_tokens", "source_ids", "target_in", "padded_tokens" with a shape of dimension names: "batch", "pos",
+    "ngram_tokens", "held_eos_tokens", "source_ids", "target_in", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
     Hugging Face GPT-2 state dict), "dataclass" (a class of the learner's built with drawn fields), "table_lm"
     (a bigram language model, `probe_runner.table_lm`; "ending_lm" one that ends every row at once; "penalty_lm"
     one that prefers ids 0-5; "window_lm" ("window_prefix_lm", `prefix_lm`'s) one
-    whose context is 4 positions), "ragged"/"uneven"/"ragged_late" (lists of token ids of different
-    lengths; "pad_in" a padding id that one of them holds, "pad_out" one that none holds) and "finishing_eos"/"generate_eos_even"/"generate_eos_odd"/"lone_eos" (an id the
-    course's model emits early, from other arguments: `_finishing_eos`, `_generate_eos`).
+    whose context is 4 positions), "ragged"/"uneven"/"ragged_late"/"uneven_held_eos" (lists of token ids of
+    different lengths; "pad_in" a padding id that one of them holds, "pad_out" one that none holds) and
+    "finishing_eos"/"generate_eos_even"/"generate_eos_odd"/"lone_eos" (an id the course's model emits early, from
+    other arguments: `_finishing_eos`, `_generate_eos`), "held_eos"/"held_eos_padded" (one every prompt holds).
     `output` is "tensor", "scalar" (a number, sent back as a 0-d float64 tensor) or "dict" (of tensors); `compare`
     how an output is judged (`compare`)."""
 
@@ -758,6 +763,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ),
             )
         ),
+        # ... and an id that every prompt holds, at the end of the first: a row is finished by what generate emits,
+        # never by its prompt (red-team round 49)
+        _greedy_generate(
+            ("table_lm", None),
+            ("held_eos_tokens", ("batch", "pos")),
+            (4, 16),
+            ("held_eos", (0, 1, 2)),
+            hint=HELD_EOS_HINT,
+        ),
         # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
         # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
         _sampled_generate(),
@@ -954,7 +968,7 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 script="padded_generate_steps",
                 expect="padded_generate_steps",
                 compare="cached_steps",
-                hint=PAD_IN_HINT if pad[0] == "pad_in" else None,
+                hint=PAD_IN_HINT if pad[0] == "pad_in" else HELD_EOS_HINT if eos[0] == "held_eos_padded" else None,
             )
             for prompts, eos, pad in (
                 (("uneven", ("padded_rows", (1, 6))), ("int", NEVER_EOS), ("pad_out", 1)),
@@ -962,6 +976,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 (("uneven", ("padded_rows", (1, 6))), ("finishing_eos", (0, 1, 4)), ANY_PAD),
                 (("ragged", (1, (1, 6))), ("int", NEVER_EOS), ANY_PAD),
                 (("ragged", (1, (1, 6))), ("lone_eos", (0, 1, 2, 4)), ANY_PAD),  # ... which finishes early
+                # an end-of-text id that every prompt holds (red-team round 49)
+                (("uneven_held_eos", ("padded_rows", (1, 6))), ("held_eos_padded", (0, 1, 2, 4)), ANY_PAD),
             )
         ),
     ),
@@ -1746,6 +1762,11 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
 
     if kind == "tokens":
         return torch.randint(0, cfg["d_vocab"], shape, generator=gen)
+    if kind == "held_eos_tokens":  # ids, the last of the first row again in every other row before its end
+        tokens = torch.randint(0, cfg["d_vocab"], shape, generator=gen)
+        if shape[1] > 1:
+            tokens[1:, _randint(0, shape[1] - 2, gen)] = tokens[0, -1]
+        return tokens
     if kind == "few_tokens":  # a handful of ids over more positions: some repeat in every row
         return torch.randint(0, 6, shape, generator=gen)
     if kind == "row_tokens":  # each row of ids of its own, four drawn apart from every other row's
@@ -2100,9 +2121,12 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         row = _random_input(row_kind, (1, *(dims[d] for d in row_shape)), dims, gen)
         tensors[key] = row
         return row.expand(SAMPLES, *row.shape[1:]).clone(), {"tensor": key, "repeat": SAMPLES}
-    if kind in ("ragged", "uneven", "ragged_late"):  # lists of token ids of different lengths, no special id;
-        # "uneven": the first list the longest and the second the shortest, so that some are padded; "ragged_late":
-        # the last list the longest, so that a length taken from the first few lists shows
+    if kind in ("ragged", "uneven", "ragged_late", "uneven_held_eos"):  # lists of token ids of different lengths,
+        # no special id; "uneven": the first list the longest and the second the shortest, so that some are padded;
+        # "ragged_late": the last list the longest, so that a length taken from the first few lists shows;
+        # "uneven_held_eos": "uneven", the first list's last id first in every other list
+        held = kind == "uneven_held_eos"
+        kind = "uneven" if held else kind
         rows, (lo, hi) = param
         lengths = [_randint(lo, hi, gen) for _ in range(dims[rows] if isinstance(rows, str) else rows)]
         if kind == "uneven":
@@ -2111,6 +2135,9 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             lengths[-1] = hi
         ordinary = _ordinary_ids(dims)
         lists = [[ordinary[_randint(0, len(ordinary) - 1, gen)] for _ in range(n)] for n in lengths]
+        if held:  # the first list's last id first in every other list (`_held_eos_padded` ends text with it)
+            for other in lists[1:]:
+                other[0] = lists[0][-1]
         return lists, {"ints": lists}
     if kind == "module":  # the learner's class in the child, the course's here; the same random weights
         class_name, fields = "Config", dims["gpt2"]
@@ -2318,9 +2345,8 @@ def _finishing_eos(course, model, prompts, pad: int, *, dims: dict) -> int | Non
     emits first at its second step or later while another row emits it later or never (rows then finish at
     different steps); None where no id does."""
     longest = len(prompts[0])  # the "uneven" prompts' first is the longest
-    return _first_to_finish(
-        course.padded_generate(model, prompts, dims["n_ctx"] - longest, dims["d_vocab"], pad)[:, longest:].tolist()
-    )
+    rows = course.padded_generate(model, prompts, dims["n_ctx"] - longest, dims["d_vocab"], pad)[:, longest:]
+    return _first_to_finish(rows.tolist(), held={token for prompt in prompts for token in prompt})
 
 
 def _lone_eos(course, model, prompts, new_tokens: int, pad: int, *, dims: dict) -> int | None:
@@ -2328,14 +2354,35 @@ def _lone_eos(course, model, prompts, new_tokens: int, pad: int, *, dims: dict) 
     before its last, so that every row has finished with steps to spare (a loop that went on once every row had
     finished passed while some row always went on: mutation sweep 7); None where no id does."""
     row = course.padded_generate(model, prompts, new_tokens, dims["d_vocab"], pad)[0, len(prompts[0]) :].tolist()
-    return next((row[step] for step in range(1, new_tokens - 1) if row.index(row[step]) == step), None)
+    held = {token for prompt in prompts for token in prompt}  # judged by the "held_eos" probes alone
+    return next(
+        (row[step] for step in range(1, new_tokens - 1) if row.index(row[step]) == step and row[step] not in held), None
+    )
 
 
 def _generate_eos(course, model, tokens, new_tokens: int, *, dims: dict, parity: int | None = None) -> int | None:
     """For generate: an end-of-text id that the greedy continuation of one row emits first at its second step or
     later while another row emits it later or never (`_first_to_finish`)."""
     out = course.generate(model, tokens.clone(), new_tokens, eos_token_id=dims["d_vocab"], top_k=1)
-    return _first_to_finish(out[:, tokens.shape[1] :].tolist(), parity)
+    return _first_to_finish(out[:, tokens.shape[1] :].tolist(), parity, held=set(tokens.flatten().tolist()))
+
+
+def _held_eos(course, model, tokens, new_tokens: int, *, dims: dict) -> int | None:
+    """For generate on "held_eos_tokens": the first row's last id, which every row's prompt holds, as end of text,
+    where no row's greedy continuation starts with it (a row finished by its prompt then shows: `finished =
+    tokens[:, -1] == eos`, or `(tokens == eos).any(1)`, had full marks while prompts held the id by chance only, and
+    GPT-2's prompts begin with it: red-team round 49); None where one does."""
+    eos = int(tokens[0, -1])
+    out = course.generate(model, tokens.clone(), new_tokens, eos_token_id=eos, top_k=1)
+    return eos if out.shape[1] > tokens.shape[1] and bool((out[:, tokens.shape[1]] != eos).all()) else None
+
+
+def _held_eos_padded(course, model, prompts, new_tokens: int, pad: int, *, dims: dict) -> int | None:
+    """`_held_eos` for padded_generate on "uneven_held_eos" prompts: the first prompt's last id."""
+    eos = prompts[0][-1]
+    longest = max(len(p) for p in prompts)
+    out = course.padded_generate(model, prompts, new_tokens, eos, pad)
+    return eos if out.shape[1] > longest and bool((out[:, longest] != eos).all()) else None
 
 
 def _decoded_rows_finish_apart(course, model, src, max_len: int) -> bool:
@@ -2378,14 +2425,17 @@ EOS_FINDERS = {
     "generate_eos_even": functools.partial(_generate_eos, parity=0),
     "generate_eos_odd": functools.partial(_generate_eos, parity=1),
     "lone_eos": _lone_eos,
+    "held_eos": _held_eos,
+    "held_eos_padded": _held_eos_padded,
 }
-APART = ("finishing_eos", "generate_eos_even", "generate_eos_odd")  # ids on which rows of a batch finish apart
+# ids on which rows of a batch finish apart, or that every row's prompt holds: a batch of more than one row
+APART = ("finishing_eos", "generate_eos_even", "generate_eos_odd", "held_eos", "held_eos_padded")
 
 
-def _first_to_finish(rows: list[list[int]], parity: int | None = None) -> int | None:
+def _first_to_finish(rows: list[list[int]], parity: int | None = None, held=frozenset()) -> int | None:
     """An id that a row of `rows` (the first where it can) emits first at its second step or later while another
-    row emits it later or never, and then would not emit again (`parity`: an even id, 0, or an odd one, 1); None
-    where no id does."""
+    row emits it later or never, and then would not emit again (`parity`: an even id, 0, or an odd one, 1), and that
+    no prompt holds (`held`: the "held_eos" probes judge those alone, and name them); None where no id does."""
 
     def first(row, token):
         return row.index(token) if token in row else len(row)
@@ -2400,7 +2450,7 @@ def _first_to_finish(rows: list[list[int]], parity: int | None = None) -> int | 
             # with a parity, two steps to spare: a row that forgets it finished (forced to the id at the step after)
             # shows at the step after that
             room = step + (1 if parity is None else 2) < len(row)
-            if finishes_first and room and row[step + 1] != token and parity in (None, token % 2):
+            if finishes_first and room and row[step + 1] != token and parity in (None, token % 2) and token not in held:
                 return token
     return None
 

@@ -1804,6 +1804,35 @@ _PAD = "        next_token = torch.where(finished, torch.full_like(next_token, p
 _FINISH = "        finished |= next_token == eos_token_id\n"
 PAD_THEN_FINISH = _PAD + "        tokens = torch.cat([tokens, next_token[:, None]], dim=1)\n" + _FINISH
 SWEPT_MISTAKES = {
+    # red-team round 49: the end-of-text id in a prompt (GPT-2's begin with it) finishes no row
+    "a prompt that ends with the end-of-text id counted as finished in generate": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "    finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)\n",
+        "    finished = tokens[:, -1] == eos_token_id\n",
+        "not by its prompt",
+    ),
+    "the end-of-text id anywhere in a row, its prompt's included, counted as finished in generate": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        finished |= next_token == eos_token_id\n        if finished.all():\n",
+        "        finished = (tokens == eos_token_id).any(dim=1)\n        if finished.all():\n",
+        "not by its prompt",
+    ),
+    "a prompt that ends with the end-of-text id counted as finished in padded_generate": (
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        "    finished = torch.zeros(len(prompts), dtype=torch.bool)  # [batch]\n",
+        "    finished = torch.tensor([p[-1] == eos_token_id for p in prompts])\n",
+        "not by its prompt",
+    ),
+    "the end-of-text id anywhere in a row counted as finished in padded_generate": (
+        "07_sampling_and_kv_cache",
+        "test_padded_generate",
+        "        finished |= next_token == eos_token_id\n        if finished.all() or",
+        "        finished = (tokens == eos_token_id).any(dim=1)\n        if finished.all() or",
+        "not by its prompt",
+    ),
     # mutation sweep 14: messages that named another cause (clipping; a batch's shape alone)
     "the first answer digit left out of the loss in train_addition": (
         "06_training",

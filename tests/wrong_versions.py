@@ -1358,6 +1358,8 @@ add(T, "temperature applied in place", lambda: harness.sample_next_token_test(sa
 def generate_with(kind):
     def fn(model, tokens, max_new_tokens, eos_token_id=c07.EOT, **sampling):
         finished = torch.zeros(tokens.shape[0], dtype=torch.bool)
+        if kind == "prompt_ends":  # a prompt that ends with the id taken as finished (red-team round 49)
+            finished = tokens[:, -1] == eos_token_id
         for _ in range(max_new_tokens):
             window = tokens if kind == "nocrop" else tokens[:, -model.cfg.n_ctx :]
             logits = model(window)[:, -1]
@@ -1372,6 +1374,8 @@ def generate_with(kind):
             tokens = torch.cat([tokens, nxt[:, None]], 1)
             if kind == "precedence":  # Python reads it as (finished | nxt) == eos_token_id
                 finished = finished | nxt == eos_token_id
+            elif kind == "held_anywhere":  # the id anywhere in the row, its prompt's included
+                finished = (tokens == eos_token_id).any(dim=1)
             else:
                 finished |= nxt == eos_token_id
             if kind == "stop_first" and finished.any():
@@ -1392,6 +1396,8 @@ add(T, "never samples (argmax)", generate_with("argmax"), "never sampled", "argm
 add(T, "the penalty counts the window only", generate_with("window_penalty"), "crop what the model is given")
 add(T, "the generator not passed on", generate_with("no_generator"), "generators seeded alike")
 add(T, "finished | next == eos, unbracketed", generate_with("precedence"), "kept generating after row 0")
+add(T, "a prompt ending with EOS counts as finished", generate_with("prompt_ends"), "not by its prompt")
+add(T, "EOS anywhere in the row counts as finished", generate_with("held_anywhere"), "not by its prompt")
 
 
 def beam_with(kind):
@@ -1738,6 +1744,8 @@ def padded_generate_with(kind):
         if kind == "mask_by_id":  # a prompt's own token equal to the pad id masked too
             mask = tokens != pad_token_id
         finished = torch.zeros(len(prompts), dtype=torch.bool)
+        if kind == "prompt_ends":  # a prompt that ends with the id taken as finished (red-team round 49)
+            finished = torch.tensor([p[-1] == eos_token_id for p in prompts])
         logits, past = model(tokens, mask)
         for step in range(max_new_tokens):
             nxt = logits[:, -1].argmax(-1)
@@ -1771,6 +1779,7 @@ add(T, "stops when one row finishes", padded_generate_with("any"), "every row")
 add(T, "runs every step", padded_generate_with("all_steps"), "ran all")
 add(T, "recomputes the whole sequence", padded_generate_with("no_cache"), "tokens per forward", "cache")
 add(T, "mask read from the ids", padded_generate_with("mask_by_id"), "not its id")
+add(T, "a prompt ending with EOS counts as finished", padded_generate_with("prompt_ends"), "not by its prompt")
 
 # ---------------------------------------------------------------------------------------------------------------
 # 08: interpretability
