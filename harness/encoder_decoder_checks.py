@@ -1074,6 +1074,17 @@ def seq2seq_loss_test(seq2seq_loss) -> None:
             f"{what} returned {out.item():.5f}, due {expected.item():.5f} (cross-entropy over the real tokens)."
             f"{observed}"
         )
+    # logits spread over hundreds, as a model's can be, after every case near 0 was right
+    big, tgt_out = 60 * logits, torch.where(real_ids >= 5, real_ids + 1, real_ids)
+    what = f"{name}(logits spread over hundreds, tgt_out, pad_id=5, label_smoothing=0.1)"
+    out = as_tensor_output(_kcall(seq2seq_loss, big.clone(), tgt_out.clone(), 5, what=what, label_smoothing=0.1), what)
+    expected = F.cross_entropy(big.reshape(-1, 11), tgt_out.reshape(-1), ignore_index=5, label_smoothing=0.1)
+    if out.numel() != 1 or not math.isclose(out.item(), expected.item(), rel_tol=1e-5, abs_tol=1e-5):
+        fail(
+            f"{what} returned {out.reshape(-1)[0].item():.5g}, due {expected.item():.5g}, where every case with "
+            "logits near 0 was right: exp() of a float32 overflows past about 88 and underflows below about -103; "
+            "use F.cross_entropy or log_softmax (they subtract each row's largest first), not softmax().log()."
+        )
     print(f"{name} passed: mean cross-entropy over the real target tokens, padding ignored, label smoothing applied.")
 
 

@@ -52,6 +52,14 @@ def _logits(seed: int, batch: int = 4, d_vocab: int = 40, scale: float = 3.0) ->
     return scale * torch.randn(batch, d_vocab, generator=torch.Generator().manual_seed(seed))
 
 
+# After every case on logits near 0 was right, logits spread over hundreds (a model's can be): what differs there
+LARGE_LOGITS = (
+    "on logits spread over hundreds (every case on logits near 0 right): exp() of a float32 overflows past about 88 "
+    "and underflows below about -103; torch's softmax subtracts each row's largest first, so compute probabilities "
+    "with it rather than exp() / sum"
+)
+
+
 def _run_filter(fn, name: str, logits: Tensor, *args) -> Tensor:
     given = logits.clone()
     out = as_tensor_output(call(fn, given, *args, what=f"{name}(logits, {', '.join(map(repr, args))})"), name)
@@ -243,12 +251,15 @@ def top_p_test(top_p_filter) -> None:
     name = _name(top_p_filter, "top_p_filter")
     defaults_as_given(top_p_filter, "07_sampling_and_kv_cache", "top_p_filter", name)
     cases = [(_logits(5, scale=2.0), 0.9, 1), (_logits(6, scale=1.0), 0.5, 1), (_logits(7, scale=4.0), 0.01, 3)]
+    cases.append((_logits(8, scale=100.0), 0.9, 1))  # last: logits spread over hundreds
     for logits, p, keep in cases:
         out = _run_filter(top_p_filter, name, logits, p, keep)
         expected = TopPLogitsWarper(top_p=p, filter_value=NEG_INF, min_tokens_to_keep=keep)(None, logits.clone())
         if _same_filter(out, expected):
             continue
         where = f"with p={p}, min_tokens_to_keep={keep}"
+        if logits.abs().max() > 100:
+            fail(f"{name} {where} {LARGE_LOGITS} ({_filter_evidence(out, expected, logits)}).")
         got, want = _kept_counts(out), _kept_counts(expected)
         if _same_filter(out, _top_p_unscattered(logits, p, keep)):
             fail(f"{name} {where}: the mask is in sorted order: scatter it back to vocabulary order.")
@@ -358,6 +369,7 @@ def min_p_test(min_p_filter) -> None:
         (_logits(13, scale=4.0), 0.9, 5),  # more to keep than rows in the batch
         (tied_top, 1.0, 1),
         (_logits(15, batch=2, d_vocab=6, scale=4.0), 0.9, 10),  # more to keep than the vocabulary holds: all of it
+        (_logits(16, scale=100.0) - 150.0, 1e-30, 1),  # last: logits spread over hundreds, most below -103
     ]
     for logits, min_p, keep in cases:
         out = _run_filter(min_p_filter, name, logits, min_p, keep)
@@ -365,6 +377,8 @@ def min_p_test(min_p_filter) -> None:
         if _same_filter(out, expected):
             continue
         where = f"with min_p={min_p}, min_tokens_to_keep={keep}"
+        if logits.abs().max() > 100:
+            fail(f"{name} {where} {LARGE_LOGITS} ({_filter_evidence(out, expected, logits)}).")
         probs = logits.softmax(-1)
         absolute = logits.masked_fill(probs < min_p, NEG_INF)
         on_logits = logits.masked_fill(logits < min_p * logits.amax(-1, keepdim=True), NEG_INF)
@@ -800,9 +814,25 @@ def sample_next_token_test(sample_next_token) -> None:
             f"{name} with frequency_penalty=-0.6 at temperature 0 did not return each row's argmax after subtracting "
             "-0.6 * count (a negative penalty raises repeated tokens); the positive penalty was right."
         )
+    # Logits spread over hundreds: every row's top token holds all but about e^-50 of the probability
+    peaked = _logits(17, batch=64, d_vocab=12, scale=100.0)
+    peaked = peaked.scatter(-1, peaked.argmax(-1, keepdim=True), peaked.amax(-1, keepdim=True) + 50.0)
+    what = f"{name}(logits spread over hundreds, temperature=1.0)"
+    try:
+        drawn = as_tensor_output(
+            _kcall(sample_next_token, peaked.clone(), history[:1].repeat(64, 1), what=what, temperature=1.0,
+                   top_k=None, top_p=None, frequency_penalty=0.0, generator=torch.Generator().manual_seed(3)),
+            name,
+        )  # fmt: skip
+    except AssertionError as err:
+        fail(f"{str(err).splitlines()[0][:200]}: {LARGE_LOGITS}.")
+    if not torch.equal(drawn.reshape(-1), peaked.argmax(-1)):
+        fail(
+            f"{what} drew {int((drawn.reshape(-1) != peaked.argmax(-1)).sum())} of 64 rows off their top token: {LARGE_LOGITS}."
+        )
     print(
         f"{name} passed: {3 * n} draws match the processed distributions (TV <= 0.06) and are independent of each "
-        "other; temperature 0 is greedy."
+        "other; temperature 0 is greedy; logits spread over hundreds draw their top token."
     )
 
 

@@ -69,6 +69,11 @@ SMALL = {
 # probes below are names ("d_vocab", "n_layers-1"), read from the job's own config (`_job_config`, `_size`).
 NEVER_EOS = ("d_vocab", "d_vocab")
 ANY_PAD = ("int", (0, "d_vocab-1"))  # a padding id drawn among the ordinary ones
+LARGE_HINT = (  # after probes whose logits were all near 0
+    "on logits spread over hundreds, as a model's can be, where logits near 0 were right: exp() of a float32 "
+    "overflows past about 88 and underflows below about -103 (torch's softmax and log_softmax subtract each row's "
+    "largest first)"
+)
 HELD_EOS_HINT = (  # after probes whose prompts hold no end-of-text id but by chance
     "with an end-of-text id that the prompts hold (the first one ends with it), where other ids were right: a row is "
     "finished by the tokens generation emits, not by its prompt"
@@ -583,6 +588,16 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         _fn(
             "test_top_p_filter", "top_p_filter", ("soft_logits", LOGITS[1]), ("real", (0.995, 0.9999)), compare="filter"
         ),
+        # logits spread over hundreds: a softmax written as exp() / sum overflows there (NaN, and a filter that keeps
+        # every token), where every logit near 0 let it through (red-team round 49); likewise min-p's and the sampler's
+        _fn(
+            "test_top_p_filter",
+            "top_p_filter",
+            ("large_logits", ("batch", "d_vocab")),
+            ("real", (0.05, 0.95)),
+            compare="filter",
+            hint=LARGE_HINT,
+        ),
         # rows whose top token alone reaches p: min_tokens_to_keep decides what is kept in every row (it only did in
         # some rows of the probe above, and a filter that ignored it passed one judging in two: a mutation sweep)
         _fn(
@@ -618,6 +633,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             for n in (1, 2, 3, 4, 5, 6)
         ),
         _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.02, 0.5)), compare="filter"),
+        _fn(
+            "test_min_p_filter",
+            "min_p_filter",
+            ("large_logits", ("batch", "d_vocab")),
+            ("real", (0.02, 0.5)),
+            compare="filter",
+            hint=LARGE_HINT,
+        ),
         # min_p 0 removes nothing (a filter in log space, log(min_p), raised there: mutation sweep 12)
         _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.0, 0.0)), compare="filter"),
         _fn(
@@ -709,6 +732,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("none", None),
             ("none", None),
             ("real", (-3.0, -1.5)),
+        ),
+        replace(  # logits spread over hundreds (`exp()` overflows: red-team round 49)
+            _sample(
+                ("large_logits", ("d_vocab",)),
+                ("few_tokens", ("n_ctx",)),
+                ("real", (0.5, 2.0)),
+                ("none", None),
+                ("none", None),
+                ("real", (0.0, 0.0)),
+            ),
+            hint=LARGE_HINT,
         ),
         _sample(  # temperature 0: greedy, every draw the argmax
             ("logits", ("d_vocab",)),
@@ -1190,6 +1224,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # red-team round 34)
         *_and_its_gradient(SEQ2SEQ_LOSS),
         replace(SEQ2SEQ_LOSS, args=(*SEQ2SEQ_LOSS.args[:3], ("real", (0.3, 0.99)))),
+        # ... and on logits spread over hundreds, as a model's can be (a softmax then a log, written by hand, gave
+        # inf there and passed while every logit was near 0: red-team round 49)
+        replace(
+            SEQ2SEQ_LOSS,
+            args=(("large_logits", ("batch", "pos", "d_vocab")), *SEQ2SEQ_LOSS.args[1:]),
+            atol=None,
+            hint=LARGE_HINT,
+        ),
         _fn(
             "test_make_batch",
             "make_batch",

@@ -1804,6 +1804,35 @@ _PAD = "        next_token = torch.where(finished, torch.full_like(next_token, p
 _FINISH = "        finished |= next_token == eos_token_id\n"
 PAD_THEN_FINISH = _PAD + "        tokens = torch.cat([tokens, next_token[:, None]], dim=1)\n" + _FINISH
 SWEPT_MISTAKES = {
+    # red-team round 49: a softmax written by hand overflows on logits spread over hundreds
+    "top_p_filter's softmax as exp() / sum": (
+        "07_sampling_and_kv_cache",
+        "test_top_p_filter",
+        "    probs = sorted_logits.softmax(dim=-1)\n",
+        "    probs = sorted_logits.exp() / sorted_logits.exp().sum(dim=-1, keepdim=True)\n",
+        "logits spread over hundreds",
+    ),
+    "min_p_filter's probabilities as exp()": (
+        "07_sampling_and_kv_cache",
+        "test_min_p_filter",
+        "    probs = logits.softmax(dim=-1)  # [batch d_vocab]\n",
+        "    probs = logits.exp()  # [batch d_vocab]\n",
+        "logits spread over hundreds",
+    ),
+    "sample_next_token drawing from exp(logits)": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "torch.multinomial(logits.softmax(dim=-1),",
+        "torch.multinomial(logits.exp(),",
+        "logits spread over hundreds",
+    ),
+    "seq2seq_loss from softmax().log(), by hand": (
+        "09_encoder_decoder",
+        "test_seq2seq_loss",
+        '    return F.cross_entropy(\n        einops.rearrange(logits, "b t v -> (b t) v"),\n        einops.rearrange(tgt_out, "b t -> (b t)"),\n        ignore_index=pad_id,\n        label_smoothing=label_smoothing,\n    )\n',
+        "    log_probs = logits.softmax(dim=-1).log()  # [batch tgt d_vocab]\n    nll = -log_probs.gather(-1, tgt_out[..., None])[..., 0]  # [batch tgt]\n    smooth = -log_probs.mean(dim=-1)  # [batch tgt]: the uniform part of the smoothed target\n    loss = (1 - label_smoothing) * nll + label_smoothing * smooth\n    return loss[tgt_out != pad_id].mean()\n",
+        "logits spread over hundreds",
+    ),
     # red-team round 49: the end-of-text id in a prompt (GPT-2's begin with it) finishes no row
     "a prompt that ends with the end-of-text id counted as finished in generate": (
         "07_sampling_and_kv_cache",

@@ -1150,8 +1150,48 @@ def top_p_with(kind):
     return lambda: harness.top_p_test(fn)
 
 
+def top_p_exp(logits, p, min_tokens_to_keep=1):
+    """A softmax written as exp() / sum: it overflows on logits spread over hundreds (red-team round 49)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.exp() / sorted_logits.exp().sum(dim=-1, keepdim=True)
+    remove = (probs.cumsum(dim=-1) - probs) >= p
+    remove[:, :min_tokens_to_keep] = False
+    return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+
+
+def min_p_exp(logits, min_p, min_tokens_to_keep=1):
+    """Probabilities as exp(logits), unnormalised and unshifted (red-team round 49)."""
+    probs = logits.exp()
+    remove = probs < min_p * probs.amax(dim=-1, keepdim=True)
+    kept = probs.topk(min(min_tokens_to_keep, logits.shape[-1]), dim=-1).indices
+    return logits.masked_fill(remove.scatter(-1, kept, False), float("-inf"))
+
+
+def sample_exp(logits, tokens, temperature=1.0, top_k=None, top_p=None, frequency_penalty=0.0, generator=None):
+    """Draws from exp(logits) (red-team round 49)."""
+    if frequency_penalty:
+        logits = c07.apply_frequency_penalty(logits, tokens, frequency_penalty)
+    logits = c07.apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = c07.top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = c07.top_p_filter(logits, top_p)
+    return torch.multinomial(logits.exp(), num_samples=1, generator=generator)[:, 0]
+
+
+def seq2seq_loss_by_hand(logits, tgt_out, pad_id, label_smoothing=0.0):
+    """Cross-entropy with smoothing from softmax().log(), by hand (red-team round 49)."""
+    log_probs = logits.softmax(dim=-1).log()
+    nll = -log_probs.gather(-1, tgt_out[..., None])[..., 0]
+    smooth = -log_probs.mean(dim=-1)
+    per_token = (1 - label_smoothing) * nll + label_smoothing * smooth
+    real = tgt_out != pad_id
+    return per_token[real].mean()
+
+
 T = "top_p_test"
 add(T, "", lambda: harness.top_p_test(c07.top_p_filter))
+add(T, "softmax as exp() / sum", lambda: harness.top_p_test(top_p_exp), "logits spread over hundreds")
 add(T, "drops the crossing token", top_p_with("no_crossing"), "cross")
 add(
     T,
@@ -1263,6 +1303,7 @@ def min_p_with(kind):
 
 T = "min_p_test"
 add(T, "", lambda: harness.min_p_test(c07.min_p_filter))
+add(T, "probabilities as exp(logits)", lambda: harness.min_p_test(min_p_exp), "logits spread over hundreds")
 add(T, "threshold min_p itself", min_p_with("absolute"), "below min_p itself")
 add(T, "threshold on logits", min_p_with("on_logits"), "applied to logits")
 add(T, "the batch's top probability", min_p_with("batch_top"), "whole batch", "own top probability")
@@ -1338,6 +1379,7 @@ def sample_with(kind):
 
 T = "sample_next_token_test"
 add(T, "", lambda: harness.sample_next_token_test(c07.sample_next_token))
+add(T, "draws from exp(logits)", lambda: harness.sample_next_token_test(sample_exp), "logits spread over hundreds")
 add(T, "argmax instead of sampling", sample_with("argmax"), "argmax", "does not sample", "greedy")
 add(T, "top-k/top-p before temperature", sample_with("order"), "order", "temperature")
 add(T, "generator not passed on", sample_with("nogen"), "generator")
@@ -2385,6 +2427,7 @@ def loss2_with(kind):
 
 T = "seq2seq_loss_test"
 add(T, "", lambda: harness.seq2seq_loss_test(c09.seq2seq_loss))
+add(T, "softmax().log() by hand", lambda: harness.seq2seq_loss_test(seq2seq_loss_by_hand), "logits near 0 was right")
 add(T, "padding not ignored", loss2_with("nopad"), "padding positions", "ignore_index")
 add(T, "label_smoothing ignored", loss2_with("nosmooth"), "label_smoothing", "smoothing")
 add(T, "sum, not mean", loss2_with("sum"), "is a sum")
