@@ -627,9 +627,17 @@ def repeated_segments_test(repeated_segments) -> None:
             )
         if torch.equal(other[0], tokens):
             fail(f"{name} gave the same tokens for two different generator seeds: use the generator it is given.")
+    # with no generator: torch's global one, so two calls differ (the notebook's own experiments call it so)
+    text = f"{name}(64, 30, 50, 3, 9)"
+    first, second = (call(repeated_segments, 64, 30, 50, 3, 9, what=text) for _ in range(2))
+    if torch.equal(as_tensor_output(first[0], name), as_tensor_output(second[0], name)):
+        fail(
+            f"{text}, called twice with no generator, gave the same tokens: with none given, draw from torch's global "
+            "generator (generator=None), never from one seeded afresh at each call."
+        )
     print(
         f"{name} passed: BOS first, one random segment per row repeated with its own period, every token id used, "
-        "reproducible, for two sets of arguments."
+        "reproducible, for two sets of arguments; two calls without a generator differ."
     )
 
 

@@ -814,6 +814,18 @@ def sample_next_token_test(sample_next_token) -> None:
             f"{name} with frequency_penalty=-0.6 at temperature 0 did not return each row's argmax after subtracting "
             "-0.6 * count (a negative penalty raises repeated tokens); the positive penalty was right."
         )
+    # No generator: torch's global one, so two calls differ (600 draws over 12 tokens: alike by chance never)
+    text = f"{name}(logits, tokens, temperature=1.6) twice, with no generator"
+    twice = [
+        as_tensor_output(_kcall(sample_next_token, logits[::15].clone(), tokens[::15].clone(), what=text,
+                                temperature=1.6, top_k=None, top_p=None, frequency_penalty=0.0), name)
+        for _ in range(2)
+    ]  # fmt: skip
+    if torch.equal(*twice):
+        fail(
+            f"{text}, drew the same tokens: with none given, draw from torch's global generator (generator=None), "
+            "never from one seeded afresh at each call."
+        )
     # Logits spread over hundreds: every row's top token holds all but about e^-50 of the probability
     peaked = _logits(17, batch=64, d_vocab=12, scale=100.0)
     peaked = peaked.scatter(-1, peaked.argmax(-1, keepdim=True), peaked.amax(-1, keepdim=True) + 50.0)

@@ -74,6 +74,10 @@ LARGE_HINT = (  # after probes whose logits were all near 0
     "overflows past about 88 and underflows below about -103 (torch's softmax and log_softmax subtract each row's "
     "largest first)"
 )
+UNSEEDED_HINT = (  # after probes that all gave a generator
+    "called with no generator, where calls given one were right: with none, draw from torch's global generator (a "
+    "generator seeded afresh at each call draws the same every time)"
+)
 HELD_EOS_HINT = (  # after probes whose prompts hold no end-of-text id but by chance
     "with an end-of-text id that the prompts hold (the first one ends with it), where other ids were right: a row is "
     "finished by the tokens generation emits, not by its prompt"
@@ -744,6 +748,27 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ),
             hint=LARGE_HINT,
         ),
+        replace(  # no generator: torch's global one, never the same draws twice (red-team round 49)
+            _sample(
+                ("logits", ("d_vocab",)),
+                ("few_tokens", ("n_ctx",)),
+                ("real", (0.5, 2.0)),
+                ("none", None),
+                ("none", None),
+                ("real", (0.0, 0.0)),
+            ),
+            args=(  # the same, the generator left out
+                ("rows", ("logits", ("d_vocab",))),
+                ("rows", ("few_tokens", ("n_ctx",))),
+                ("real", (0.5, 2.0)),
+                ("none", None),
+                ("none", None),
+                ("real", (0.0, 0.0)),
+            ),
+            keywords=("temperature", "top_k", "top_p", "frequency_penalty"),
+            script="unseeded_twice",
+            hint=UNSEEDED_HINT,
+        ),
         _sample(  # temperature 0: greedy, every draw the argmax
             ("logits", ("d_vocab",)),
             ("few_tokens", ("n_ctx",)),
@@ -1044,6 +1069,20 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ((1000, 1200), (64, 100), (64, 200), (5, 8), (20, 32)),
                 ((1, 1), (20, 40), (5, 12), (2, 4), (5, 9)),
             )
+        ),
+        _fn(  # ... and with no generator: from torch's global one, never the same twice (red-team round 49)
+            "test_repeated_segments",
+            "repeated_segments",
+            ("int", (40, 64)),
+            ("int", (20, 40)),
+            ("int", (30, 200)),
+            ("int", (2, 4)),
+            ("int", (10, 19)),
+            output="tuple",
+            compare="repeated_segments",
+            expect="segment_rules",
+            script="unseeded_twice",
+            hint=UNSEEDED_HINT,
         ),
         _fn(
             "test_head_detector_scores",
@@ -1473,7 +1512,7 @@ def _without_defaults(fn, n_positional: int, names: list[str]) -> tuple[int, lis
 PROBES = {notebook: _with_layouts(_with_defaults(_with_gradients(probes))) for notebook, probes in PROBES.items()}
 
 
-def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator):
+def _sampling_distribution(course, logits, tokens, temperature, top_k, top_p, frequency_penalty, generator=None):
     """What `sample_next_token` must draw from, for each of the SAMPLE_ROWS rows the probe's rows take in turn
     [SAMPLE_ROWS d_vocab]: the course's filters in its order."""
     if frequency_penalty:
@@ -1533,7 +1572,7 @@ def _train_batches(course, model, train_windows, val_windows, args) -> dict:
     }
 
 
-def _segment_rules(course, batch, n_ctx, d_vocab, min_period, max_period, generator):
+def _segment_rules(course, batch, n_ctx, d_vocab, min_period, max_period, generator=None):
     """What every output of `repeated_segments` must satisfy, whatever its random draw."""
     return {"batch": batch, "n_ctx": n_ctx, "d_vocab": d_vocab, "min_period": min_period, "max_period": max_period}
 

@@ -1363,6 +1363,26 @@ def same_seed_twice(sample, *args, **kwargs):
     return first
 
 
+def unseeded_twice(sample, *args, **kwargs):
+    """`sample`'s output, called with no generator (its default: torch's global one), and called again: the two
+    must differ, as two draws of a random process do (a default of `torch.Generator().manual_seed(0)` drew the same
+    every call, and passed while every probe gave a generator: red-team round 49). The probes' inputs make two
+    equal draws all but impossible (thousands of draws of several tokens each)."""
+    first = sample(*args, **kwargs)
+    second = sample(*args, **kwargs)
+    flat = [t for t in (first if isinstance(first, tuple) else (first,))]
+    again = [t for t in (second if isinstance(second, tuple) else (second,))]
+    import torch
+
+    if all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+           for a, b in zip(flat, again)) and len(flat) == len(again):  # fmt: skip
+        raise ProbeError(
+            "two calls without a generator drew the same: with none given, draw from torch's global generator (no "
+            "generator= argument, or generator=None), never from one seeded afresh at each call"
+        )
+    return first
+
+
 def last_new_tokens(generate, *args, **kwargs):
     """The last column of `generate`'s tokens (one new token per row), made twice from generators in the same state
     (`same_seed_twice`): the draws the judge compares with the distribution they must come from."""
@@ -2114,6 +2134,7 @@ SCRIPTS = {
     "kv_steps": kv_steps,
     "cached_steps": cached_steps,
     "same_seed_twice": same_seed_twice,
+    "unseeded_twice": unseeded_twice,
     "after_a_first_call": after_a_first_call,
     "last_new_tokens": last_new_tokens,
     "new_tokens": new_tokens,

@@ -1804,6 +1804,27 @@ _PAD = "        next_token = torch.where(finished, torch.full_like(next_token, p
 _FINISH = "        finished |= next_token == eos_token_id\n"
 PAD_THEN_FINISH = _PAD + "        tokens = torch.cat([tokens, next_token[:, None]], dim=1)\n" + _FINISH
 SWEPT_MISTAKES = {
+    # red-team round 49: no generator given, one seeded afresh: every call draws the same
+    "sample_next_token seeding its own generator when none is given": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    if frequency_penalty:\n        logits = apply_frequency_penalty",
+        (
+            "    generator = generator if generator is not None else torch.Generator().manual_seed(0)\n"
+            "    if frequency_penalty:\n        logits = apply_frequency_penalty"
+        ),
+        "called with no generator",
+    ),
+    "repeated_segments seeding its own generator when none is given": (
+        "08_interpretability",
+        "test_repeated_segments",
+        "    periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)  # [batch]\n",
+        (
+            "    generator = generator if generator is not None else torch.Generator().manual_seed(0)\n"
+            "    periods = torch.randint(min_period, max_period + 1, (batch,), generator=generator)  # [batch]\n"
+        ),
+        "called with no generator",
+    ),
     # red-team round 49: a softmax written by hand overflows on logits spread over hundreds
     "top_p_filter's softmax as exp() / sum": (
         "07_sampling_and_kv_cache",

@@ -1150,6 +1150,14 @@ def top_p_with(kind):
     return lambda: harness.top_p_test(fn)
 
 
+def sample_fixed_default(
+    logits, tokens, temperature=1.0, top_k=None, top_p=None, frequency_penalty=0.0, generator=None
+):
+    """No generator given: one seeded afresh, the same draws every call (red-team round 49)."""
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    return c07.sample_next_token(logits, tokens, temperature, top_k, top_p, frequency_penalty, generator)
+
+
 def top_p_exp(logits, p, min_tokens_to_keep=1):
     """A softmax written as exp() / sum: it overflows on logits spread over hundreds (red-team round 49)."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)
@@ -1380,6 +1388,12 @@ def sample_with(kind):
 T = "sample_next_token_test"
 add(T, "", lambda: harness.sample_next_token_test(c07.sample_next_token))
 add(T, "draws from exp(logits)", lambda: harness.sample_next_token_test(sample_exp), "logits spread over hundreds")
+add(
+    T,
+    "a fixed seed when no generator is given",
+    lambda: harness.sample_next_token_test(sample_fixed_default),
+    "global generator",
+)
 add(T, "argmax instead of sampling", sample_with("argmax"), "argmax", "does not sample", "greedy")
 add(T, "top-k/top-p before temperature", sample_with("order"), "order", "temperature")
 add(T, "generator not passed on", sample_with("nogen"), "generator")
@@ -1892,11 +1906,23 @@ def segments_with(kind):
     return lambda: harness.repeated_segments_test(fn)
 
 
+def segments_fixed_default(batch, n_ctx, d_vocab, min_period, max_period, generator=None):
+    """No generator given: one seeded afresh, the same rows every call (red-team round 49)."""
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    return c08.repeated_segments(batch, n_ctx, d_vocab, min_period, max_period, generator)
+
+
 T = "repeated_segments_test"
 add(T, "", lambda: harness.repeated_segments_test(c08.repeated_segments))
 add(T, "max_period excluded", segments_with("excl"), "max_period", "inclusive")
 add(T, "segments may contain BOS (token 0)", segments_with("bos_in"), "0 is bos", "1..d_vocab-1")
 add(T, "no BOS", segments_with("nobos"), "start with bos")
+add(
+    T,
+    "a fixed seed when no generator is given",
+    lambda: harness.repeated_segments_test(segments_fixed_default),
+    "global generator",
+)
 
 
 def ablate_with(kind):
