@@ -834,6 +834,24 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         # and sampling: one new token for 8,000 rows, two prompts in turn, at a temperature, against the distribution the
         # model's logits give (a generate that took the argmax and never sampled had full marks: red-team round 9)
         _sampled_generate(),
+        # ... and no sampling option at all: generate's defaults are the notebook's, temperature 1 and no filter
+        # (defaults written into the signature, temperature=0.0 or transformers' top_k=50, passed while every probe
+        # gave every option: red-team round 49)
+        _fn(
+            "test_generate",
+            "generate",
+            ("table_lm", None),
+            ("rows", ("tokens", ("pos",))),
+            ("int", (1, 1)),
+            ("int", NEVER_EOS),
+            ("generator", None),
+            keywords=("eos_token_id", "generator"),
+            compare="samples",
+            expect="generate_distribution",
+            script="last_new_tokens",
+            hint="called with no sampling option, where calls given them were right: by default generate samples "
+            "at temperature 1 from the whole distribution, no top-k or top-p",
+        ),
         # ... 12 to 24 new tokens: each from the model's distribution after the one before, every two drawn
         # independently of each other (a generate that gave sample_next_token a generator seeded afresh from the
         # given one's seed at every step drew every step from the same numbers, and passed while one new token was
@@ -1631,7 +1649,7 @@ def _generate_steps(course, model, tokens, max_new_tokens, eos_token_id, tempera
 
 
 def _generate_distribution(
-    course, model, tokens, max_new_tokens, eos_token_id, temperature, generator, top_k=None, top_p=None
+    course, model, tokens, max_new_tokens, eos_token_id, temperature=1.0, generator=None, top_k=None, top_p=None
 ):
     """What `generate`'s one new token must be drawn from, for each of the SAMPLE_ROWS prompts the rows take in turn
     [SAMPLE_ROWS d_vocab]: the model's logits at the prompt's last position, at the temperature."""
@@ -3162,6 +3180,22 @@ def _samples_off(got, probs) -> str | None:
             f"the draws do not follow the course's distribution: token {token} came {int(counts[token])} times in "
             f"{n} draws, about {float(mean[token]):.1f} expected"
         )
+    # ... and tokens together, by likelihood: the less likely half, quarter and eighth, whose tokens may each be
+    # too unlikely to tell alone (transformers' default top_k=50 written into generate passed, a hundred tokens of
+    # a few draws each: red-team round 49)
+    order = probs.double().argsort()
+    likely = probs[order] > 0
+    for share in (2, 4, 8):
+        group = order[likely][: int(likely.sum()) // share]
+        if len(group) < 2:
+            continue
+        total, mass = counts[group].sum()[None], probs.double()[group].sum()[None]
+        above, below = _binomial_tails(total, n, mass)
+        if bool(above[0] < SAMPLE_TAIL) or bool(below[0] < SAMPLE_TAIL):
+            return (
+                f"the draws do not follow the course's distribution: its {len(group)} least likely tokens (of those "
+                f"it keeps) came {int(total)} times together in {n} draws, about {float(n * mass):.1f} expected"
+            )
     return None
 
 

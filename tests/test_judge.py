@@ -1803,7 +1803,35 @@ SWEPT = ("differs from the course's", "has shape")
 _PAD = "        next_token = torch.where(finished, torch.full_like(next_token, pad_token_id), next_token)\n"
 _FINISH = "        finished |= next_token == eos_token_id\n"
 PAD_THEN_FINISH = _PAD + "        tokens = torch.cat([tokens, next_token[:, None]], dim=1)\n" + _FINISH
+GENERATE_SIGNATURE = """def generate(
+    model, tokens: Int[Tensor, "batch pos"], max_new_tokens: int, eos_token_id: int = EOT, **sampling
+) -> Int[Tensor, "batch pos_out"]:"""
+GENERATE_EXPLICIT = """def generate(
+    model, tokens: Int[Tensor, "batch pos"], max_new_tokens: int, eos_token_id: int = EOT,
+    temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+    frequency_penalty: float = 0.0, generator: torch.Generator | None = None,
+) -> Int[Tensor, "batch pos_out"]:
+    sampling = dict(
+        temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty, generator=generator
+    )"""
 SWEPT_MISTAKES = {
+    # red-team round 49: sampling defaults written into generate's signature, unlike the notebook's
+    "generate greedy by default (temperature=0.0 in its signature)": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        GENERATE_SIGNATURE,
+        GENERATE_EXPLICIT,
+        "called with no sampling option",
+    ),
+    "generate with transformers' top_k=50 by default": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        GENERATE_SIGNATURE,
+        GENERATE_EXPLICIT.replace("temperature: float = 0.0", "temperature: float = 1.0").replace(
+            "top_k: int | None = None", "top_k: int | None = 50"
+        ),
+        "least likely tokens",
+    ),
     # red-team round 49: no generator given, one seeded afresh: every call draws the same
     "sample_next_token seeding its own generator when none is given": (
         "07_sampling_and_kv_cache",
@@ -3027,6 +3055,13 @@ ACCUMULATED = (  # 06's step, and the same step with its gradient accumulated ov
     ),
 )
 HONEST_VARIANTS = {
+    # generate's options written out, with the notebook's defaults (red-team round 49)
+    "generate with its sampling options written out": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        GENERATE_SIGNATURE,
+        GENERATE_EXPLICIT.replace("temperature: float = 0.0", "temperature: float = 1.0"),
+    ),
     # nanoGPT's configure_optimizers leaves out every parameter without requires_grad: the unembedding's frozen bias
     # is never stepped, and this lost its point (red-team round 43)
     "weight decay groups of the trainable parameters only": (
