@@ -951,6 +951,8 @@ def _kind(name: str, param: Tensor) -> str:
         return "embedding"
     if ".ln" in f".{name}" and leaf in ("w", "b"):
         return "LayerNorm gain" if leaf == "w" else "LayerNorm bias"
+    if leaf in ("b_Q", "b_K", "b_V"):  # [n_heads, d_head]: a bias by name, a matrix by its dimensions
+        return "attention bias"
     if param.ndim < 2:
         return "bias"
     return "matrix"
@@ -1024,10 +1026,13 @@ def weight_decay_groups_test(weight_decay_groups: Callable) -> None:
     wrong: dict[str, list[str]] = {}
     for n, p in params.items():
         kind = _kind(n, p)
+        if kind == "attention bias":  # either group: the notebook accepts a rule by name or by dimensions
+            continue
         if (kind == "matrix") != (n in decayed):
             wrong.setdefault(kind, []).append(n)
     matrices = {n for n, p in params.items() if _kind(n, p) == "matrix"}
-    if decayed and decayed == set(params) - matrices:
+    either = {n for n, p in params.items() if _kind(n, p) == "attention bias"}
+    if decayed and decayed - either == set(params) - matrices - either:
         fail(
             f"{name} decays exactly the parameters that must not decay, and not the matrices: the two groups' "
             "weight_decay values are swapped (the matrices' group takes weight_decay, the other 0.0)."

@@ -2166,7 +2166,8 @@ SCRIPTS = {
 def param_group_decay(groups, model):
     """Optimizer parameter groups as one number per parameter of `model` (in `named_parameters` order): the weight
     decay its group gives it (AdamW's default, 0.01, where a group names none); 0 for a frozen parameter, which is
-    never stepped and may sit in either group or in none (nanoGPT's configure_optimizers leaves such ones out)."""
+    never stepped and may sit in either group or in none (nanoGPT's configure_optimizers leaves such ones out), and
+    for an attention bias, in either group."""
     import torch
 
     named = list(model.named_parameters())
@@ -2183,8 +2184,10 @@ def param_group_decay(groups, model):
             if not torch.isnan(decay[i]):
                 raise ProbeError(f"{named[i][0]} is in two groups")
             decay[i] = rate
-    for i, (_, param) in enumerate(named):
-        if not param.requires_grad:
+    for i, (name, param) in enumerate(named):
+        # a frozen parameter, and the attention biases b_Q, b_K, b_V ([n_heads, d_head]: a bias by name, a matrix by
+        # its dimensions, and the notebook accepts either rule), count as undecayed wherever they sit
+        if not param.requires_grad or name.rsplit(".", 1)[-1] in ("b_Q", "b_K", "b_V"):
             decay[i] = 0.0
     left = [named[i][0] for i in torch.isnan(decay).nonzero().flatten().tolist()]
     if left:

@@ -3055,6 +3055,17 @@ ACCUMULATED = (  # 06's step, and the same step with its gradient accumulated ov
     ),
 )
 HONEST_VARIANTS = {
+    # every bias by name left out of decay, b_Q, b_K and b_V ([n_heads, d_head]) included, as the notebook's text
+    # says biases are (agreement sweep 19: refused by both then)
+    "weight decay groups that leave every bias out by name": (
+        "06_training",
+        "test_weight_decay_groups",
+        "        (decay if param.ndim >= 2 and not is_embedding else no_decay).append(param)\n",
+        (
+            "        is_bias = name.split('.')[-1].startswith('b_')\n"
+            "        (decay if param.ndim >= 2 and not is_embedding and not is_bias else no_decay).append(param)\n"
+        ),
+    ),
     # generate's options written out, with the notebook's defaults (red-team round 49)
     "generate with its sampling options written out": (
         "07_sampling_and_kv_cache",

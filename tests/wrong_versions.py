@@ -2549,6 +2549,18 @@ for mistake, phrase in [
 ]:
     add("weight_decay_groups_test", mistake, lambda m=mistake: harness.weight_decay_groups_test(t06._groups(m)), phrase)
 add("weight_decay_groups_test", "", lambda: harness.weight_decay_groups_test(c06.weight_decay_groups))
+
+
+def groups_by_name(model, weight_decay):
+    """Biases by name left out of decay, the attention's [n_heads, d_head] ones included (sweep 19: refused then)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        by_name = name.rsplit(".", 1)[-1].startswith("b_") or name.endswith(("W_E", "W_pos"))
+        (no_decay if param.ndim < 2 or by_name else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+add("weight_decay_groups_test", "", lambda: harness.weight_decay_groups_test(groups_by_name))
 for fn, phrase in [
     (t06.no_zero_grad, "previous step's gradients"),
     (t06.no_clipping, "not clipped"),
