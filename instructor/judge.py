@@ -766,7 +766,9 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("real", (0.0, 0.0)),
             ),
             keywords=("temperature", "top_k", "top_p", "frequency_penalty"),
-            script="unseeded_twice",
+            # each call's draws against the distribution, and the calls of one size against each other: with a
+            # generator seeded afresh they all draw alike (`_compare_samples`)
+            script=None,
             hint=UNSEEDED_HINT,
         ),
         _sample(  # temperature 0: greedy, every draw the argmax
@@ -2972,7 +2974,7 @@ def _compare_tensor(probe: Probe, got, expected, what: str = "output") -> str | 
             return f"{differs}: it keeps another token than each row's largest logit"
         return None
     if probe.compare == "samples":
-        return _compare_samples(got, expected, alternatives)
+        return _compare_samples(got, expected, alternatives, seeded="generator" in probe.keywords)
     if probe.compare == "exact":
         if not torch.equal(got, expected):
             return f"{differs}: {int((got != expected).sum())} of {got.numel()} entries"
@@ -3037,7 +3039,7 @@ def _rounding_flukes(got, expected, atol: float) -> bool:
     return off <= 0.01 * got.numel()
 
 
-def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None:
+def _compare_samples(got, probs, alternatives: dict | None = None, seeded: bool = True) -> str | None:
     """Draws against the distributions they must come from, row by row (`probs`: [SAMPLE_ROWS d_vocab], row i of
     the probe drawing from row i % SAMPLE_ROWS): none where the probability is 0, and every token's count within 6
     standard deviations (+2) of its expectation, over each row's draws and over each half of them (the first
@@ -3061,6 +3063,11 @@ def _compare_samples(got, probs, alternatives: dict | None = None) -> str | None
     collide = probs.double().reshape(-1, probs.shape[-1]).pow(2).sum(-1).log().sum() * size / len(probs)
     unlikely = float(collide) + math.log(len(same_size) ** 2) < math.log(1e-9)
     if alike == len(same_size) - 1 and unlikely and _rows_off(same_size[0], probs, (size,)) is None:
+        if not seeded:
+            return (
+                f"its {len(same_size)} calls of {size} rows, given no generator, all drew alike: with none, draw "
+                "from torch's global generator, never one seeded afresh at each call"
+            )
         return (
             f"it drew the same from a generator in another state: its {len(same_size)} calls of {size} rows, each with "
             "a generator seeded apart, all drew alike (draw with the `generator` it is given, not one of its own)"

@@ -1366,8 +1366,9 @@ def same_seed_twice(sample, *args, **kwargs):
 def unseeded_twice(sample, *args, **kwargs):
     """`sample`'s output, called with no generator (its default: torch's global one), and called again: the two
     must differ, as two draws of a random process do (a default of `torch.Generator().manual_seed(0)` drew the same
-    every call, and passed while every probe gave a generator: red-team round 49). The probes' inputs make two
-    equal draws all but impossible (thousands of draws of several tokens each)."""
+    every call, and passed while every probe gave a generator: red-team round 49). For outputs of many random
+    entries only (08's segments: tens of rows of tens of tokens), which two right calls never draw alike; a sampler's
+    calls are judged outside, against each other (`judge._compare_samples`)."""
     first = sample(*args, **kwargs)
     second = sample(*args, **kwargs)
     flat = [t for t in (first if isinstance(first, tuple) else (first,))]
