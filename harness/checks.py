@@ -414,7 +414,11 @@ def _gradient_check(cls, kind: str) -> None:
     for where, got, due in pairs:
         if due is None:
             continue
-        if got is None or not got.abs().any() and due.abs().any():
+        # a parameter whose gradient is zero in TransformerLens's too may get none: the key bias b_K shifts every
+        # score of a query alike, which the softmax ignores (an attention without it was refused: agreement sweep 19)
+        if got is None and due.abs().max().item() <= _tolerance(due):
+            continue
+        if got is None or not got.abs().any() and due.abs().max().item() > _tolerance(due):
             fail(
                 f"{what}: no gradient reaches {where} (its output is right): training could never change "
                 f"{'it' if 'parameter' in where else 'what feeds it'}. Something in forward cuts the graph on the way "

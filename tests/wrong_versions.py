@@ -588,6 +588,21 @@ class AttnTorchs(A):  # right values, from torch's own attention, which 03 forbi
 
 
 add(T, "F.scaled_dot_product_attention", rand_float(AttnTorchs), "ran aten::")
+
+
+class AttnNoKeyBias(A):  # right: b_K adds q . b_K to every score of a query, which the softmax ignores (sweep 19)
+    def forward(self, x):
+        q = einops.einsum(x, self.W_Q, "b p m, n m h -> b p n h") + self.b_Q
+        k = einops.einsum(x, self.W_K, "b p m, n m h -> b p n h")
+        v = einops.einsum(x, self.W_V, "b p m, n m h -> b p n h") + self.b_V
+        scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / self.cfg.d_head**0.5
+        causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)
+        pattern = scores.masked_fill(causal, float("-inf")).softmax(dim=-1)
+        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")
+        return einops.einsum(z, self.W_O, "b q n h, n h m -> b q m") + self.b_O
+
+
+add(T, "", rand_float(AttnNoKeyBias))
 add(T, "no 1/sqrt(d_head)", rand_float(attention_variant(scale=1.0)), "sqrt(d_head)", "scaling")
 add(T, "1/sqrt(d_model)", rand_float(attention_variant(scale=48**-0.5)), "d_model")
 add(T, "mask hides the diagonal", rand_float(attention_variant(mask="diag")), "diagonal")
