@@ -347,6 +347,14 @@ def padded_generate_test(padded_generate, PaddedTransformer) -> None:
                     got = call(padded_generate, model, [list(p) for p in batch], max_new, eos, pad, what=what)
                 except AssertionError as err:
                     _name_mask_length(calls, what)
+                    raised = str(err.__cause__ or err)
+                    if eos >= cfg.d_vocab and "index" in raised.lower() and "out of" in raised.lower():
+                        fail(  # what was observed: the one id outside the vocabulary here is the end-of-text id
+                            f"{what} raised ({raised.splitlines()[0][:120]}): the only id outside the vocabulary "
+                            f"here is eos_token_id = {eos}, so something was indexed with it (prompts padded with "
+                            "it, or it fed to the model): pad with pad_token_id, and only compare the new tokens "
+                            "with eos_token_id."
+                        )
                     if max_new == fits and "n_ctx" in str(err.__cause__ or ""):
                         fail(
                             f"{what} failed ({str(err).splitlines()[0]}), but the model never needs more than "

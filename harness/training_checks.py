@@ -428,9 +428,17 @@ class _StepWatcher:
                     "before optimizer.step()."
                 )
             elif step > 0 and _close(lr, _expected_lr(step - 1, args), 1e-9):
-                hint = late
+                # what was observed, and what gives it: the schedule may also have stopped (agreement sweep 19)
+                hint = (
+                    f" It is the rate of the previous step, lr_at({step - 1}, args): either the rate is set after "
+                    "optimizer.step() rather than before, or the schedule stopped moving."
+                )
             elif _close(lr, _expected_lr(step + 1, args), 1e-9):
-                hint = " It is the rate of the next step: use lr_at(step, args) with this step's index (from 0)."
+                hint = (
+                    f" It is the rate of the next step, lr_at({step + 1}, args): either the loop passes lr_at a step "
+                    "index one ahead (steps count from 0), or a step of the loop did not call optimizer.step() (every "
+                    "step calls it once)."
+                )
             elif _close(lr, args.lr, 1e-9):
                 hint = " It stayed at args.lr: the schedule was not applied." + hint
             fail(f"{where}, the learning rate was {lr:.6g}, expected lr_at({step}, args) = {expected:.6g}.{hint}")

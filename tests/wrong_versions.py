@@ -1807,7 +1807,7 @@ add(T, "new tokens at the padded length", padded_model_with("prompt_only"), "pad
 
 def padded_generate_with(kind):
     def fn(model, prompts, max_new_tokens, eos_token_id=50256, pad_token_id=50256):
-        tokens, mask = c07.left_pad(prompts, pad_token_id)
+        tokens, mask = c07.left_pad(prompts, eos_token_id if kind == "eos_pad" else pad_token_id)
         if kind == "right":
             tokens, _ = wrong_left_pad("right")(prompts, pad_token_id)
         if kind in ("ones", "right"):
@@ -1851,6 +1851,7 @@ add(T, "runs every step", padded_generate_with("all_steps"), "ran all")
 add(T, "recomputes the whole sequence", padded_generate_with("no_cache"), "tokens per forward", "cache")
 add(T, "mask read from the ids", padded_generate_with("mask_by_id"), "not its id")
 add(T, "a prompt ending with EOS counts as finished", padded_generate_with("prompt_ends"), "not by its prompt")
+add(T, "prompts padded with the EOS id", padded_generate_with("eos_pad"), "indexed with it")
 
 # ---------------------------------------------------------------------------------------------------------------
 # 08: interpretability
