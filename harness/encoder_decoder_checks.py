@@ -959,6 +959,31 @@ def encoder_decoder_test(EncoderDecoder) -> None:
     )
 
 
+def _long_batch(make_batch, cfg, name: str) -> None:
+    """Four rows up to 13 ids long, the longest inside the batch, once three short rows were right: every length is padded to
+    the batch's longest (targets cut at 8, and a width taken from the first row, passed the short rows: sweep 19)."""
+    ordinary = [t for t in range(cfg.d_vocab) if t not in (cfg.pad_id, cfg.bos_id, cfg.eos_id)]
+    sources = [[ordinary[(3 * i + j) % len(ordinary)] for j in range(n)] for i, n in enumerate((2, 13, 1, 10))]
+    targets = [[ordinary[(5 * i + j) % len(ordinary)] for j in range(n)] for i, n in enumerate((3, 12, 1, 9))]
+    P, B, E = cfg.pad_id, cfg.bos_id, cfg.eos_id
+    width = max(len(t) for t in targets) + 1
+    want = (
+        [s + [P] * (13 - len(s)) for s in sources],
+        [[B, *t] + [P] * (width - 1 - len(t)) for t in targets],
+        [[*t, E] + [P] * (width - 1 - len(t)) for t in targets],
+    )
+    out = call(make_batch, [list(x) for x in sources], [list(x) for x in targets], cfg, what=f"{name}(4 long rows)")
+    for key, value, due in zip(("src", "tgt_in", "tgt_out"), out, want):
+        got = as_tensor_output(value, f"{name}'s {key}").tolist()
+        if got != due:
+            fail(
+                f"{name} on four rows, sources of lengths [2, 13, 1, 10] and targets of [3, 12, 1, 9], where three "
+                f"short rows were right: {key} has {len(got[0]) if got else 0} columns where {len(due[0])} are due, "
+                f"or other ids ({key} row 0 {got[0] if got else []}, due {due[0]}): pad every row to the batch's "
+                "longest, with nothing cut."
+            )
+
+
 def make_batch_test(make_batch) -> None:
     """Checks `make_batch(sources, targets, cfg)` -> `(src, tgt_in, tgt_out)`: right padding with pad_id,
     tgt_in = [BOS] + y, tgt_out = y + [EOS]."""
@@ -988,6 +1013,7 @@ def make_batch_test(make_batch) -> None:
         got[key] = tensor.tolist()
     example = f"sources {sources}, targets {targets} (pad {P}, BOS {B}, EOS {E})"
     if got == want:
+        _long_batch(make_batch, cfg, name)
         print(f"{name} passed: right padding with pad_id, tgt_in = [BOS] + y, tgt_out = y + [EOS].")
         return
     if got["src"] != want["src"]:

@@ -2434,6 +2434,14 @@ def make_batch_with(kind):
                 pad([[cfg.bos_id] + y + [cfg.eos_id] for y in targets]),
                 pad([[cfg.bos_id] + y + [cfg.eos_id] for y in targets]),
             )
+        if kind == "cut_at_8":  # targets cut to 8 ids (agreement sweep 19)
+            targets = [y[:8] for y in targets]
+        if kind == "width_of_ends":  # the width taken from the first and last rows (agreement sweep 19)
+            w = max(len(sources[0]), len(sources[-1]))
+            src = torch.tensor([(r + [cfg.pad_id] * w)[:w] for r in sources])
+            return src, pad([[cfg.bos_id] + y for y in targets]), pad([y + [cfg.eos_id] for y in targets])
+        if kind in ("cut_at_8",):
+            return pad(sources), pad([[cfg.bos_id] + y for y in targets]), pad([y + [cfg.eos_id] for y in targets])
         raise ValueError(kind)
 
     return lambda: harness.make_batch_test(fn)
@@ -2444,6 +2452,8 @@ add(T, "", lambda: harness.make_batch_test(c09.make_batch))
 add(T, "tgt_in and tgt_out swapped", make_batch_with("swap"), "swap")
 add(T, "left padding", make_batch_with("left"), "on the left")
 add(T, "BOS and EOS in both", make_batch_with("both"), "not shifted")
+add(T, "targets cut to 8 ids", make_batch_with("cut_at_8"), "the batch's longest")
+add(T, "width of the first and last rows", make_batch_with("width_of_ends"), "the batch's longest")
 
 
 def loss2_with(kind):
