@@ -1082,6 +1082,12 @@ T = "temperature_test"
 add(T, "", lambda: harness.temperature_test(c07.apply_temperature))
 add(
     T,
+    "greedy below temperature 0.05",
+    lambda: harness.temperature_test(lambda logits, t: c07.apply_temperature(logits, 0.0 if t < 0.05 else t)),
+    "only temperature 0 is greedy",
+)
+add(
+    T,
     "multiplies by temperature",
     lambda: harness.temperature_test(lambda logits, t: logits * t if t else c07.apply_temperature(logits, t)),
     "multipl",
