@@ -380,6 +380,7 @@ def min_p_test(min_p_filter) -> None:
         (_logits(13, scale=4.0), 0.9, 5),  # more to keep than rows in the batch
         (tied_top, 1.0, 1),
         (_logits(15, batch=2, d_vocab=6, scale=4.0), 0.9, 10),  # more to keep than the vocabulary holds: all of it
+        (_logits(18, d_vocab=40, scale=0.3), 0.6, 1),  # flat rows: a top probability near 1/40 (sweep 19)
         (_logits(16, scale=100.0) - 150.0, 1e-30, 1),  # last: logits spread over hundreds, most below -103
     ]
     for logits, min_p, keep in cases:

@@ -1333,6 +1333,17 @@ def min_p_with(kind):
 T = "min_p_test"
 add(T, "", lambda: harness.min_p_test(c07.min_p_filter))
 add(T, "probabilities as exp(logits)", lambda: harness.min_p_test(min_p_exp), "logits spread over hundreds")
+
+
+def min_p_floored(logits, min_p, min_tokens_to_keep=1):
+    """The top probability floored at 0.1 (agreement sweep 19: right wherever a row's top token was likely)."""
+    probs = logits.softmax(dim=-1)
+    remove = probs < min_p * probs.amax(dim=-1, keepdim=True).clamp(min=0.1)
+    kept = probs.topk(min(min_tokens_to_keep, logits.shape[-1]), dim=-1).indices
+    return logits.masked_fill(remove.scatter(-1, kept, False), float("-inf"))
+
+
+add(T, "top probability floored at 0.1", lambda: harness.min_p_test(min_p_floored), "kept", "removes", "tokens")
 add(T, "threshold min_p itself", min_p_with("absolute"), "below min_p itself")
 add(T, "threshold on logits", min_p_with("on_logits"), "applied to logits")
 add(T, "the batch's top probability", min_p_with("batch_top"), "whole batch", "own top probability")
