@@ -1815,6 +1815,21 @@ GENERATE_EXPLICIT = """def generate(
         temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty, generator=generator
     )"""
 SWEPT_MISTAKES = {
+    # agreement sweep 19: min_tokens_to_keep capped past the 6 drawn before
+    "top_p_filter's min_tokens_to_keep capped at 8": (
+        "07_sampling_and_kv_cache",
+        "test_top_p_filter",
+        "    remove_sorted[:, :min_tokens_to_keep] = False\n",
+        "    remove_sorted[:, : min(min_tokens_to_keep, 8)] = False\n",
+        "which the course's keeps",
+    ),
+    "min_p_filter's min_tokens_to_keep capped at 8": (
+        "07_sampling_and_kv_cache",
+        "test_min_p_filter",
+        "    always_kept = probs.topk(min(min_tokens_to_keep, logits.shape[-1]), dim=-1).indices  # [batch k]\n",
+        "    always_kept = probs.topk(min(min_tokens_to_keep, logits.shape[-1], 8), dim=-1).indices  # [batch k]\n",
+        "which the course's keeps",
+    ),
     # red-team round 49: sampling defaults written into generate's signature, unlike the notebook's
     "generate greedy by default (temperature=0.0 in its signature)": (
         "07_sampling_and_kv_cache",
