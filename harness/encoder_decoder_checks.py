@@ -984,6 +984,30 @@ def _long_batch(make_batch, cfg, name: str) -> None:
             )
 
 
+def _special_ids_batch(make_batch, cfg, name: str) -> None:
+    """Lists that hold EOS, the pad id and BOS among their ids, once ordinary ones were right: each list is copied
+    as it is (a batch shifted from one padded [BOS] + y + [EOS] with EOS masked out of tgt_in, and EOS placed by
+    counting the ids that are not padding, passed lists of ordinary ids: red-team round 50)."""
+    P, B, E = cfg.pad_id, cfg.bos_id, cfg.eos_id
+    a, b, c = [t for t in range(cfg.d_vocab) if t not in (P, B, E)][:3]
+    sources, targets = [[a, E, b], [P, c], [B]], [[b, E, c], [c, P, a, b], [B, a]]
+    want = (
+        [[a, E, b], [P, c, P], [B, P, P]],
+        [[B, b, E, c, P], [B, c, P, a, b], [B, B, a, P, P]],
+        [[b, E, c, E, P], [c, P, a, b, E], [B, a, E, P, P]],
+    )
+    what = f"{name}(sources {sources}, targets {targets}, cfg) (pad {P}, BOS {B}, EOS {E})"
+    out = call(make_batch, [list(x) for x in sources], [list(x) for x in targets], cfg, what=what)
+    for key, value, due in zip(("src", "tgt_in", "tgt_out"), out, want):
+        got = as_tensor_output(value, f"{name}'s {key}").tolist()
+        if got != due:
+            fail(
+                f"{what}: {key} is {got}, due {due}, where lists of ordinary ids were right. The lists hold EOS, "
+                "the pad id and BOS among their ids here: copy each list as it is, then add BOS, EOS and the "
+                "padding around it (never find them by value)."
+            )
+
+
 def make_batch_test(make_batch) -> None:
     """Checks `make_batch(sources, targets, cfg)` -> `(src, tgt_in, tgt_out)`: right padding with pad_id,
     tgt_in = [BOS] + y, tgt_out = y + [EOS]."""
@@ -1014,6 +1038,7 @@ def make_batch_test(make_batch) -> None:
     example = f"sources {sources}, targets {targets} (pad {P}, BOS {B}, EOS {E})"
     if got == want:
         _long_batch(make_batch, cfg, name)
+        _special_ids_batch(make_batch, cfg, name)
         print(f"{name} passed: right padding with pad_id, tgt_in = [BOS] + y, tgt_out = y + [EOS].")
         return
     if got["src"] != want["src"]:

@@ -1314,6 +1314,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="tuple",
             compare="exact",
         ),
+        # ... and lists that hold EOS, the pad id and BOS among their ids (red-team round 50)
+        _fn(
+            "test_make_batch",
+            "make_batch",
+            ("ragged_specials", ("many_rows", (2, 9))),
+            ("ragged_specials", ("many_rows", (2, 9))),
+            ("config", "encdec"),
+            config="encdec",
+            output="tuple",
+            compare="exact",
+            hint="with EOS, the pad id and BOS among the lists' ids, where lists of ordinary ids were right: a list's "
+            "ids are copied as they are, whatever they are, and the padding goes after them",
+        ),
         # 6 to 30 steps: past 10, the most drawn before (a loop capped at 10 passed: red-team round 30), and enough
         # that a decoder fed a wrong prefix or unmasked padding picks another token at some step; drawn until a row
         # ends while another goes on, then until every row ends, at different steps, before max_len (a decoding
@@ -1333,6 +1346,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             )
             for model, until, hint in (
                 ("table_seq2seq", "decoded_rows_finish_apart", None),
+                (
+                    "table_seq2seq",
+                    "decoded_row_emits_pad",
+                    (
+                        "where a row's likeliest token was the pad id at some step (where none was, it was right): "
+                        "the decoder emits its argmax, the pad id included, and only EOS finishes a row"
+                    ),
+                ),
                 (
                     "finishing_seq2seq",
                     "decoded_rows_all_finish_apart",
@@ -2224,12 +2245,18 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         row = _random_input(row_kind, (1, *(dims[d] for d in row_shape)), dims, gen)
         tensors[key] = row
         return row.expand(SAMPLES, *row.shape[1:]).clone(), {"tensor": key, "repeat": SAMPLES}
-    if kind in ("ragged", "uneven", "ragged_late", "uneven_held_eos"):  # lists of token ids of different lengths,
+    if kind in (
+        "ragged",
+        "uneven",
+        "ragged_late",
+        "uneven_held_eos",
+        "ragged_specials",
+    ):  # lists of token ids of different lengths,
         # no special id; "uneven": the first list the longest and the second the shortest, so that some are padded;
         # "ragged_late": the last list the longest, so that a length taken from the first few lists shows;
         # "uneven_held_eos": "uneven", the first list's last id first in every other list
-        held = kind == "uneven_held_eos"
-        kind = "uneven" if held else kind
+        held, specials = kind == "uneven_held_eos", kind == "ragged_specials"
+        kind = "uneven" if held else "ragged" if specials else kind
         rows, (lo, hi) = param
         lengths = [_randint(lo, hi, gen) for _ in range(dims[rows] if isinstance(rows, str) else rows)]
         if kind == "uneven":
@@ -2238,6 +2265,12 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
             lengths[-1] = hi
         ordinary = _ordinary_ids(dims)
         lists = [[ordinary[_randint(0, len(ordinary) - 1, gen)] for _ in range(n)] for n in lengths]
+        if specials:  # EOS, then the pad id, then BOS inside lists of two ids or more, in turn (a make_batch that
+            # shifted one padded [BOS] + y + [EOS] and masked EOS out of tgt_in, or placed EOS by counting the
+            # non-pad ids, passed while no list held a special id: red-team round 50)
+            ids = [dims["eos_id"], dims["pad_id"], dims["bos_id"]]
+            for i, one in enumerate(lst for lst in lists if len(lst) >= 2):
+                one[_randint(0, len(one) - 2, gen)] = ids[i % 3]
         if held:  # the first list's last id first in every other list (`_held_eos_padded` ends text with it)
             for other in lists[1:]:
                 other[0] = lists[0][-1]
@@ -2321,6 +2354,10 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         # predicted it passed: mutation sweep 11)
         some = torch.arange(len(table)) % 5 == 0
         table[some, dims["bos_id"]] = table[some].max(dim=-1).values + 0.5
+        # ... and the pad id after another fifth: a decoder emits its argmax, whatever it is (one that never
+        # predicted pad, or counted it as finishing a row, passed while pad was the argmax by chance: round 50)
+        pads = torch.arange(len(table)) % 5 == 2
+        table[pads, dims["pad_id"]] = table[pads].max(dim=-1).values + 0.5
         if kind == "ending_seq2seq":  # ... or EOS the likeliest after any prefix, whatever the source adds
             table[:, dims["eos_id"]] = table.max(dim=-1).values + 10
         if kind == "finishing_seq2seq":  # ... or the likeliest, whatever the source adds, after one prefix in three
@@ -2519,7 +2556,23 @@ def _decoded_rows_all_finish_apart(course, model, src, max_len: int) -> bool:
     return None not in ends and len(set(ends)) > 1 and max(ends) + 1 < max_len
 
 
+def _decoded_row_emits_pad(course, model, src, max_len: int) -> bool:
+    """Whether a row of 09's greedy decoding emits the pad id while it goes on (before its EOS, with a step after)."""
+    import torch
+
+    cfg = model.cfg
+    with torch.no_grad():
+        out = course.greedy_decode(model, src.clone(), max_len)
+    model.encode_calls = 0
+    for row in out.tolist():
+        end = row.index(cfg.eos_id) if cfg.eos_id in row else len(row)
+        if cfg.pad_id in row[:end] and row.index(cfg.pad_id) + 1 < len(row):
+            return True
+    return False
+
+
 UNTIL = {
+    "decoded_row_emits_pad": _decoded_row_emits_pad,
     "decoded_rows_finish_apart": _decoded_rows_finish_apart,
     "decoded_rows_all_finish_apart": _decoded_rows_all_finish_apart,
 }

@@ -1815,6 +1815,35 @@ GENERATE_EXPLICIT = """def generate(
         temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty, generator=generator
     )"""
 SWEPT_MISTAKES = {
+    # red-team round 50: the special ids inside 09's lists, and the pad id as a decoder's argmax
+    "make_batch shifting one padded [BOS] + y + [EOS], EOS masked out of tgt_in": (
+        "09_encoder_decoder",
+        "test_make_batch",
+        "    tgt_in = pad([[cfg.bos_id] + y for y in targets])  # [batch tgt]: what the decoder reads\n    tgt_out = pad([y + [cfg.eos_id] for y in targets])  # [batch tgt]: what it must predict, one step ahead\n",
+        "    full = pad([[cfg.bos_id] + y + [cfg.eos_id] for y in targets])\n    tgt_in = full[:, :-1].masked_fill(full[:, :-1] == cfg.eos_id, cfg.pad_id)\n    tgt_out = full[:, 1:]\n",
+        "among the lists' ids",
+    ),
+    "make_batch placing EOS by counting the ids that are not padding": (
+        "09_encoder_decoder",
+        "test_make_batch",
+        "    tgt_in = pad([[cfg.bos_id] + y for y in targets])  # [batch tgt]: what the decoder reads\n    tgt_out = pad([y + [cfg.eos_id] for y in targets])  # [batch tgt]: what it must predict, one step ahead\n",
+        "    tgt_in = pad([[cfg.bos_id] + y for y in targets])\n    tgt_out = torch.cat([tgt_in[:, 1:], torch.full((tgt_in.shape[0], 1), cfg.pad_id)], dim=1)\n    lengths = (tgt_in != cfg.pad_id).sum(1) - 1\n    tgt_out[torch.arange(tgt_out.shape[0]), lengths] = cfg.eos_id\n",
+        "among the lists' ids",
+    ),
+    "greedy_decode counting the pad id as finishing a row": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "        finished |= next_token == cfg.eos_id\n",
+        "        finished |= (next_token == cfg.eos_id) | (next_token == cfg.pad_id)\n",
+        ("differs from the course's greedy_decode", "has shape", "the pad id included"),
+    ),
+    "greedy_decode never predicting the pad id": (
+        "09_encoder_decoder",
+        "test_greedy_decode",
+        "        next_token = model.decode(tgt, memory, src)[:, -1].argmax(dim=-1)  # [batch]\n",
+        "        logits = model.decode(tgt, memory, src)[:, -1]\n        logits[:, cfg.pad_id] = float('-inf')\n        next_token = logits.argmax(dim=-1)\n",
+        ("differs from the course's greedy_decode", "has shape", "the pad id included"),
+    ),
     # agreement sweep 19: min_tokens_to_keep capped past the 6 drawn before
     "top_p_filter's min_tokens_to_keep capped at 8": (
         "07_sampling_and_kv_cache",

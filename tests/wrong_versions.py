@@ -2457,6 +2457,9 @@ def make_batch_with(kind):
             w = max(len(sources[0]), len(sources[-1]))
             src = torch.tensor([(r + [cfg.pad_id] * w)[:w] for r in sources])
             return src, pad([[cfg.bos_id] + y for y in targets]), pad([y + [cfg.eos_id] for y in targets])
+        if kind == "shift_full":  # one padded [BOS] + y + [EOS], shifted, EOS masked out of tgt_in (round 50)
+            full = pad([[cfg.bos_id] + y + [cfg.eos_id] for y in targets])
+            return pad(sources), full[:, :-1].masked_fill(full[:, :-1] == cfg.eos_id, cfg.pad_id), full[:, 1:]
         if kind in ("cut_at_8",):
             return pad(sources), pad([[cfg.bos_id] + y for y in targets]), pad([y + [cfg.eos_id] for y in targets])
         raise ValueError(kind)
@@ -2471,6 +2474,7 @@ add(T, "left padding", make_batch_with("left"), "on the left")
 add(T, "BOS and EOS in both", make_batch_with("both"), "not shifted")
 add(T, "targets cut to 8 ids", make_batch_with("cut_at_8"), "the batch's longest")
 add(T, "width of the first and last rows", make_batch_with("width_of_ends"), "the batch's longest")
+add(T, "shifted from one padded [BOS] + y + [EOS]", make_batch_with("shift_full"), "copy each list as it is")
 
 
 def loss2_with(kind):
