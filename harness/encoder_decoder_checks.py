@@ -1242,4 +1242,18 @@ def greedy_decode_test(greedy_decode) -> None:
         if out.shape[1] < width:
             fail(f"{name} stopped after {out.shape[1]} tokens although some rows had not emitted EOS: {got}.")
         fail(f"{what} returned {got}, expected {want} (rows padded with {P} after EOS).")
+    # An answer that holds the pad id before its EOS, once answers without it were right (a decoder that never
+    # predicted pad, or counted it as finishing a row, passed: red-team round 50)
+    answers[10] = [6, P, 9, E]
+    model = _ScriptedSeq2Seq(answers)
+    src = torch.tensor([[10, 9, 10], [1, 9, 10]])
+    what = f"{name}(model, src {list(src.shape)}, max_len=10)"
+    got = as_tensor_output(call(greedy_decode, model, src.clone(), 10, what=what), what).tolist()
+    want = [answers[10] + [P] * 2, answers[1]]
+    if got != want:
+        fail(
+            f"{what} returned {got}, expected {want}, where answers without the pad id were right: the first row's "
+            f"answer holds the pad id ({P}) before its EOS. The decoder emits its argmax, the pad id included; only "
+            "EOS finishes a row."
+        )
     print(f"{name} passed: encodes once, decodes step by step, finished rows emit padding, stops when all are done.")

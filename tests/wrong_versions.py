@@ -2515,11 +2515,15 @@ def decode_with(kind):
         tgt = torch.full((src.shape[0], 1), cfg.bos_id, dtype=torch.long)
         finished = torch.zeros(src.shape[0], dtype=torch.bool)
         for _ in range(max_len):
-            nxt = model.decode(tgt, memory, src)[:, -1].argmax(-1)
+            logits = model.decode(tgt, memory, src)[:, -1]
+            if kind == "never_pad":  # the pad id never predicted (red-team round 50)
+                logits = logits.clone()
+                logits[:, cfg.pad_id] = float("-inf")
+            nxt = logits.argmax(-1)
             if kind != "nopad":
                 nxt = nxt.masked_fill(finished, cfg.pad_id)
             tgt = torch.cat([tgt, nxt[:, None]], 1)
-            finished |= nxt == cfg.eos_id
+            finished |= (nxt == cfg.eos_id) | ((nxt == cfg.pad_id) & (kind == "pad_ends"))
             if finished.all() and kind != "nostop":
                 break
         return tgt if kind == "bos" else tgt[:, 1:]
@@ -2531,6 +2535,8 @@ T = "greedy_decode_test"
 add(T, "", lambda: harness.greedy_decode_test(c09.greedy_decode))
 add(T, "keeps BOS", decode_with("bos"), "with bos", "without bos")
 add(T, "no padding after EOS", decode_with("nopad"), "emit padding", "keep generating")
+add(T, "the pad id never predicted", decode_with("never_pad"), "the pad id included")
+add(T, "the pad id finishes a row", decode_with("pad_ends"), "the pad id included")
 
 
 # ---------------------------------------------------------------------------------------------------------------
