@@ -1197,14 +1197,15 @@ def min_p_exp(logits, min_p, min_tokens_to_keep=1):
 
 
 def sample_exp(logits, tokens, temperature=1.0, top_k=None, top_p=None, frequency_penalty=0.0, generator=None):
-    """Draws from exp(logits) (red-team round 49)."""
-    if frequency_penalty:
-        logits = c07.apply_frequency_penalty(logits, tokens, frequency_penalty)
-    logits = c07.apply_temperature(logits, temperature)
-    if top_k is not None:
-        logits = c07.top_k_filter(logits, top_k)
-    if top_p is not None:
-        logits = c07.top_p_filter(logits, top_p)
+    """Draws from exp(logits) (red-team round 49): the course's processors, then no softmax."""
+    processors = (
+        (frequency_penalty, lambda x: c07.apply_frequency_penalty(x, tokens, frequency_penalty)),
+        (True, lambda x: c07.apply_temperature(x, temperature)),
+        (top_k is not None, lambda x: c07.top_k_filter(x, top_k)),
+        (top_p is not None, lambda x: c07.top_p_filter(x, top_p)),
+    )
+    for active, process in processors:
+        logits = process(logits) if active else logits
     return torch.multinomial(logits.exp(), num_samples=1, generator=generator)[:, 0]
 
 
