@@ -1013,6 +1013,12 @@ def generate_test(generate) -> None:
         "tokens, but the penalty counts every token so far: crop what the model is given, not what sample_next_token "
         "is given.",
     )  # fmt: skip
+    # ... however far back: token 2 three times, then 70 other tokens (a penalty over the last 64 passed: sweep 19)
+    _penalised_choice(
+        generate, model, [[2, 2, 2, *([7, 8, 9, 10, 11] * 14), 1]], eos, name,
+        "token 2 is three times in the sequence, 71 tokens back. The penalty counts every token of the sequence, "
+        "however far back: pass the whole sequence to sample_next_token.",
+    )  # fmt: skip
     _generate_matches_hf(generate, name)
     g = torch.Generator().manual_seed(0)
     sampled = as_tensor_output(

@@ -128,7 +128,7 @@ class Probe:
 
     Each argument is a (kind, parameter) pair, drawn afresh for every job (`_draw`): tensors ("float", "eps_float",
     "strided_float", "tokens", "softmax", "logits", "fine_logits", "soft_logits", "peaked_logits", "graded_logits",
-    "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens", "row_tokens",
+    "penalty_logits", "mask", "padding", "few_tokens", "all_few_tokens", "early_few_tokens", "row_tokens",
     "ngram_tokens", "held_eos_tokens", "source_ids", "target_in", "padded_tokens" with a shape of dimension names: "batch", "pos",
     "src" or a config field), scalars ("dim" a dimension's value, "int"/"real" drawn between bounds, "step" a step
     of the drawn learning-rate schedule, "bool" a constant), "config" (the probe's config), "hf_gpt2" (a random
@@ -277,11 +277,11 @@ def _greedy_generate(
     )
 
 
-def _lr(phase: str, no_decay: bool = False, far: bool = False) -> Probe:
+def _lr(phase: str, no_decay: bool = False, far: bool = False, no_floor: bool = False) -> Probe:
     """lr_at at a step of `phase`; `no_decay`: on a schedule whose max_steps is its warmup_steps (nothing to decay
     over: the check's edge, where a division by max_steps - warmup_steps fails); `far`: on the job's far schedule,
-    long spans and high floors (`prepare`)."""
-    how = ("no_decay",) * no_decay + ("far",) * far
+    long spans and high floors (`prepare`); `no_floor`: with min_lr_ratio 0, a decay to nothing."""
+    how = ("no_decay",) * no_decay + ("far",) * far + ("no_floor",) * no_floor
     return _fn(
         "test_lr_at", "lr_at", ("step", (phase, far)), ("dataclass", ("TrainingArgs", LR_FIELDS, *how)), output="scalar"
     )
@@ -462,6 +462,8 @@ PROBES: dict[str, tuple[Probe, ...]] = {
     "06_training": (
         *(_lr(phase) for phase in ("start", "warmup", "end_of_warmup", "decay", "end", "after")),
         *(_lr(phase, no_decay=True) for phase in ("end_of_warmup", "after")),
+        # ... with min_lr_ratio 0, drawn one job in fifty before (`args.min_lr_ratio or 0.1` passed: sweep 19)
+        *(_lr(phase, no_floor=True) for phase in ("decay", "after")),
         # ... and on a schedule of long spans and a high floor (a decay clamped to the 401 steps drawn before, and a
         # constant rate from a ratio of 0.5, passed while every ratio was below 0.5: red-team round 30)
         *(_lr(phase, far=True) for phase in ("warmup", "decay", "end", "after")),
@@ -894,6 +896,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             hint="under a frequency penalty on a model of a 4-position context, where the same penalty on a model "
             "that sees the whole sequence was right: the model sees the last n_ctx tokens, the penalty counts every "
             "token so far",
+        ),
+        # ... and on prompts of 129 to 724 tokens whose ids 0-5 all come in the first half: the penalty counts every
+        # token however far back (one over the last 64 tokens passed while every prompt was shorter: sweep 19)
+        _greedy_generate(
+            ("penalty_lm", None),
+            ("early_few_tokens", ("batch", "big_pos")),
+            (12, 16),
+            ("int", NEVER_EOS),
+            (1.5, 3.0),
+            hint="under a frequency penalty on long prompts whose favoured ids all come in their first half, where "
+            "short prompts were right: the penalty counts every token of the sequence, however far back",
         ),
         *(
             _beam(table, (2, 6), ngram, eos, stop)
@@ -1899,6 +1912,11 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
     if kind == "seen_tokens":  # every id of the probe's "seen_ids" in every row (shuffled first), then more of them
         ids = torch.tensor(cfg["seen_ids"])
         return ids[_random_input("all_few_tokens", shape, cfg, gen)]
+    if kind == "early_few_tokens":  # "all_few_tokens" over the first half of each row, ids 6 and up after it
+        head = _random_input("all_few_tokens", (shape[0], shape[1] // 2), cfg, gen)
+        return torch.cat(
+            [head, torch.randint(6, cfg["d_vocab"], (shape[0], shape[1] - shape[1] // 2), generator=gen)], 1
+        )
     if kind == "all_few_tokens":  # every id 0-5 in every row (shuffled first), then more of them
         head = torch.stack([torch.randperm(6, generator=gen) for _ in range(shape[0])])
         return torch.cat([head, torch.randint(0, 6, (shape[0], shape[1] - 6), generator=gen)], dim=1)
@@ -2374,6 +2392,8 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         fields = {f: (dims["far"] if "far" in how else dims)[f] for f in names}
         if "no_decay" in how:
             fields["max_steps"] = fields["warmup_steps"]
+        if "no_floor" in how:
+            fields["min_lr_ratio"] = 0.0
         return getattr(course, name)(**fields), {"dataclass": name, "fields": fields}
     if kind == "hf_gpt2":  # a checkpoint of a longer context than the config's: W_pos is cropped to cfg.n_ctx
         state = _hf_gpt2_state_dict({**dims["gpt2"], "n_ctx": dims["gpt2"]["n_ctx"] + 1 + _randint(0, 8, gen)}, gen)

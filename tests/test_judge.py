@@ -1815,6 +1815,22 @@ GENERATE_EXPLICIT = """def generate(
         temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty, generator=generator
     )"""
 SWEPT_MISTAKES = {
+    # agreement sweep 19: the penalty counted over the last 64 tokens only (every prompt was shorter)
+    "generate's penalty over the last 64 tokens": (
+        "07_sampling_and_kv_cache",
+        "test_generate",
+        "        next_token = sample_next_token(logits, tokens, **sampling)  # [batch]\n",
+        "        next_token = sample_next_token(logits, tokens[:, -64:], **sampling)  # [batch]\n",
+        "however far back",
+    ),
+    # agreement sweep 19: a floor ratio of 0 read as "not given" (drawn one job in fifty)
+    "lr_at's min_lr_ratio of 0 replaced by 0.1": (
+        "06_training",
+        "test_lr_at",
+        "return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * cosine)",
+        "return args.lr * ((args.min_lr_ratio or 0.1) + (1 - (args.min_lr_ratio or 0.1)) * cosine)",
+        "the course's lr_at",
+    ),
     # red-team round 50: the special ids inside 09's lists, and the pad id as a decoder's argmax
     "make_batch shifting one padded [BOS] + y + [EOS], EOS masked out of tgt_in": (
         "09_encoder_decoder",
@@ -3352,7 +3368,7 @@ def test_a_right_random_draw_passes_the_segment_rules_every_time():
     course's own function over 300 seeds and every probe's argument ranges never fails them."""
     repeated_segments = components("08_interpretability").repeated_segments
     probes = [p for p in judge.PROBES["08_interpretability"] if p.compare == "repeated_segments"]
-    assert len(probes) == 4
+    assert len(probes) == 5
     gen = torch.Generator().manual_seed(0)
     for seed in range(300):
         for probe in probes:
@@ -3405,8 +3421,8 @@ def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monk
     again until there is one, and the id it sends is one the last draw's rows finish apart on."""
     real, seen = judge._first_to_finish, []
 
-    def unlucky_twice(rows, parity=None):
-        seen.append((rows, real(rows, parity)))
+    def unlucky_twice(rows, parity=None, held=frozenset()):
+        seen.append((rows, real(rows, parity, held)))
         return None if len(seen) <= 2 else seen[-1][1]
 
     monkeypatch.setattr(judge, "_first_to_finish", unlucky_twice)
@@ -3415,7 +3431,7 @@ def test_a_generate_probe_draws_again_until_its_rows_finish_apart(tmp_path, monk
     request = json.loads((tmp_path / "job" / judge.REQUEST).read_text())
     sent = [a["value"] for p in request["probes"] for a in p["args"] if "value" in a and p["target"] == "generate"]
     assert seen[-1][1] in sent and seen[-1][1] is not None, (sent, seen[-1])
-    monkeypatch.setattr(judge, "_first_to_finish", lambda rows, parity=None: None)
+    monkeypatch.setattr(judge, "_first_to_finish", lambda rows, parity=None, held=frozenset(): None)
     with pytest.raises(RuntimeError, match="finish apart"):
         judge.prepare("07_sampling_and_kv_cache", tmp_path / "again", only=frozenset({"test_generate"}))
 

@@ -1455,7 +1455,8 @@ def generate_with(kind):
             # the penalty counted over the window the model sees (a mutation sweep: passed the judge then)
             if kind == "no_generator":  # the global generator instead (agreement sweep 17)
                 sampling = {k: v for k, v in sampling.items() if k != "generator"}
-            nxt = c07.sample_next_token(logits, window if kind == "window_penalty" else tokens, **sampling)
+            seen = window if kind == "window_penalty" else tokens[:, -64:] if kind == "penalty_64" else tokens
+            nxt = c07.sample_next_token(logits, seen, **sampling)
             if kind == "argmax":  # never samples (red-team round 9: full marks where only greedy runs were checked)
                 nxt = logits.argmax(dim=-1)
             if kind != "nopad":
@@ -1483,6 +1484,7 @@ add(T, "no padding after EOS", generate_with("nopad"), "eos", "pad")
 add(T, "stops when the first row finishes", generate_with("stop_first"), "every row", "row 0 finished", "first row")
 add(T, "never samples (argmax)", generate_with("argmax"), "never sampled", "argmax")
 add(T, "the penalty counts the window only", generate_with("window_penalty"), "crop what the model is given")
+add(T, "the penalty counts the last 64 tokens", generate_with("penalty_64"), "however far back")
 add(T, "the generator not passed on", generate_with("no_generator"), "generators seeded alike")
 add(T, "finished | next == eos, unbracketed", generate_with("precedence"), "kept generating after row 0")
 add(T, "a prompt ending with EOS counts as finished", generate_with("prompt_ends"), "not by its prompt")
