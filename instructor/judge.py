@@ -188,9 +188,11 @@ def _seeded(grade_id: str, target: str, script: str, expect: str = "script", com
     return _fn(grade_id, target, ("int", (0, 2**62)), output="dict", script=script, expect=expect, compare=compare)
 
 
-def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
+def _sample(logits, tokens, temperature, top_k, top_p, penalty, seeded: bool = True) -> Probe:
     """A sample_next_token probe: 8,000 draws from two rows in turn, against the course's distributions
-    (`_sampling_distribution`), made again from a generator in the same state (`probe_runner.same_seed_twice`)."""
+    (`_sampling_distribution`), made again from a generator in the same state (`probe_runner.same_seed_twice`).
+    `seeded=False`: called with no generator, its calls of one size judged against each other (`_compare_samples`:
+    a generator seeded afresh at each call draws alike)."""
     return _fn(
         "test_sample_next_token",
         "sample_next_token",
@@ -200,11 +202,12 @@ def _sample(logits, tokens, temperature, top_k, top_p, penalty) -> Probe:
         top_k,
         top_p,
         penalty,
-        ("generator", None),
-        keywords=("temperature", "top_k", "top_p", "frequency_penalty", "generator"),
+        *(("generator", None),) * seeded,
+        keywords=("temperature", "top_k", "top_p", "frequency_penalty", *("generator",) * seeded),
         compare="samples",
         expect="sampling_distribution",
-        script="same_seed_twice",
+        script="same_seed_twice" if seeded else None,
+        hint=None if seeded else UNSEEDED_HINT,
     )
 
 
@@ -752,28 +755,14 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ),
             hint=LARGE_HINT,
         ),
-        replace(  # no generator: torch's global one, never the same draws twice (red-team round 49)
-            _sample(
-                ("logits", ("d_vocab",)),
-                ("few_tokens", ("n_ctx",)),
-                ("real", (0.5, 2.0)),
-                ("none", None),
-                ("none", None),
-                ("real", (0.0, 0.0)),
-            ),
-            args=(  # the same, the generator left out
-                ("rows", ("logits", ("d_vocab",))),
-                ("rows", ("few_tokens", ("n_ctx",))),
-                ("real", (0.5, 2.0)),
-                ("none", None),
-                ("none", None),
-                ("real", (0.0, 0.0)),
-            ),
-            keywords=("temperature", "top_k", "top_p", "frequency_penalty"),
-            # each call's draws against the distribution, and the calls of one size against each other: with a
-            # generator seeded afresh they all draw alike (`_compare_samples`)
-            script=None,
-            hint=UNSEEDED_HINT,
+        _sample(  # no generator: torch's global one, never the same draws twice (red-team round 49)
+            ("logits", ("d_vocab",)),
+            ("few_tokens", ("n_ctx",)),
+            ("real", (0.5, 2.0)),
+            ("none", None),
+            ("none", None),
+            ("real", (0.0, 0.0)),
+            seeded=False,
         ),
         _sample(  # temperature 0: greedy, every draw the argmax
             ("logits", ("d_vocab",)),
