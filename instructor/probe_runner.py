@@ -1325,6 +1325,15 @@ def padded_generate_steps(padded_generate, model, prompts, new_tokens: int, eos:
     return {"tokens": first, "edge": edge, "positions": _positions(model)}
 
 
+def _same_output(a, b) -> bool:
+    """Whether two outputs (tensors, or tuples of them) are equal, entry for entry."""
+    import torch
+
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_output(x, y) for x, y in zip(a, b))
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+
+
 def same_seed_twice(sample, *args, **kwargs):
     """`sample`'s output, made twice from generators in the same state (the `generator` argument, by keyword or the
     last positional one): it must be the same twice, as the checks require, so that a seed reproduces a run."""
@@ -1345,16 +1354,11 @@ def same_seed_twice(sample, *args, **kwargs):
         def again(other):
             return sample(*args[: at[-1]], other, *args[at[-1] + 1 :], **kwargs)
 
-    def same(a, b) -> bool:
-        if isinstance(a, tuple) and isinstance(b, tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-
     state = generator.get_state()
     first = sample(*args, **kwargs)
     copy = torch.Generator()
     copy.set_state(state)
-    if not same(first, again(copy)):
+    if not _same_output(first, again(copy)):
         raise ProbeError(
             "two calls with generators in the same state drew differently: draw with the `generator` given "
             "(torch.multinomial(..., generator=generator), torch.randint(..., generator=generator)), so that a "
@@ -1370,13 +1374,7 @@ def unseeded_twice(sample, *args, **kwargs):
     entries only (08's segments: tens of rows of tens of tokens), which two right calls never draw alike; a sampler's
     calls are judged outside, against each other (`judge._compare_samples`)."""
     first = sample(*args, **kwargs)
-    second = sample(*args, **kwargs)
-    flat = [t for t in (first if isinstance(first, tuple) else (first,))]
-    again = [t for t in (second if isinstance(second, tuple) else (second,))]
-    import torch
-
-    if all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-           for a, b in zip(flat, again)) and len(flat) == len(again):  # fmt: skip
+    if _same_output(first, sample(*args, **kwargs)):
         raise ProbeError(
             "two calls without a generator drew the same: with none given, draw from torch's global generator (no "
             "generator= argument, or generator=None), never from one seeded afresh at each call"
