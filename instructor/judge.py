@@ -2367,15 +2367,30 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         table[pads, dims["pad_id"]] = table[pads].max(dim=-1).values + 0.5
         if kind == "ending_seq2seq":  # ... or EOS the likeliest after any prefix, whatever the source adds
             table[:, dims["eos_id"]] = table.max(dim=-1).values + 10
+        memory = None
         if kind == "finishing_seq2seq":  # ... or the likeliest, whatever the source adds, after one prefix in three
             # (a hash of it: `probe_runner.prefix_rows`), so that every row ends within a few steps, mostly apart
+            # The source is encoded by a table of its own, of no favoured ids: a source token whose row had EOS lifted
+            # lifted it in every row's context, and all rows ended together at the first step (half the draws; a
+            # clean-clone run found no draw of 50 that held)
+            memory = torch.randn(table.shape, generator=gen)
             ends = torch.rand(len(table), generator=gen) < 1 / 3
+            # After <|bos|> alone, where every row starts, the source alone picks the first token (rows that took the
+            # same one mostly ended together after it), and never EOS (all would end there)
+            first = (7 * dims["bos_id"] + 1) % len(table)
+            ends[first] = False
+            table[first] = 0.0
+            table[first, dims["eos_id"]] = -10.0
             table[ends, dims["eos_id"]] = table[ends].max(dim=-1).values + 10
         if kind == "lasting_seq2seq":  # ... or never the likeliest
             table[:, dims["eos_id"]] = table.min(dim=-1).values - 10
         tensors[key] = table
         fields = dict(dims["encdec"])
-        return table_seq2seq(table.clone(), fields), {"table_seq2seq": key, "fields": fields}
+        entry = {"table_seq2seq": key, "fields": fields}
+        if memory is not None:
+            tensors[f"{key}.memory"] = memory
+            entry["memory"] = f"{key}.memory"
+        return table_seq2seq(table.clone(), fields, memory), entry
     if kind == "dataclass":
         name, names, *how = param
         fields = {f: (dims["far"] if "far" in how else dims)[f] for f in names}

@@ -159,7 +159,7 @@ class StandInRaised(Exception):
 def _served_model(spec: dict, tensors: dict):
     """The stand-in a probe argument names, built in the feeder (None where the argument is no stand-in)."""
     if "table_seq2seq" in spec:
-        return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"]), spec["table_seq2seq"]
+        return _table_seq2seq_of(spec, tensors), spec["table_seq2seq"]
     if "kv_prefix_lm" in spec:
         key = spec["kv_prefix_lm"]
         return kv_prefix_lm(tensors[key].clone(), int(spec["n_ctx"]), bool(spec["padded"])), key
@@ -519,12 +519,17 @@ def _kv_forward(step, tokens, args: tuple, kwargs: dict, padded: bool):
 _STAND_IN_ROWS = 1 << 14  # the most ids a stand-in's call takes: the course's probes send a few dozen
 
 
-def table_seq2seq(table, fields: dict):
-    """A stand-in encoder-decoder for the probes of decoding functions: `encode(src)` is `table[src]`, and
-    `decode(tgt, memory, src)` at a position is the row of `table` at a hash of the target up to it (as `prefix_lm`'s)
-    plus the mean of the source's rows (padding left out), so every step depends on the source, its padding and every
-    token so far (a decode fed the last token alone passed while a position's row was its token's: a mutation
-    sweep). Deterministic, the same in the judge's process and the child's."""
+def _table_seq2seq_of(spec: dict, tensors: dict):
+    memory = tensors[spec["memory"]].clone() if "memory" in spec else None
+    return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"], memory)
+
+
+def table_seq2seq(table, fields: dict, memory_table=None):
+    """A stand-in encoder-decoder for the probes of decoding functions: `encode(src)` is `table[src]` (or
+    `memory_table[src]`, where given), and `decode(tgt, memory, src)` at a position is the row of `table` at a hash of
+    the target up to it (as `prefix_lm`'s) plus the mean of the source's rows (padding left out), so every step
+    depends on the source, its padding and every token so far (a decode fed the last token alone passed while a
+    position's row was its token's: a mutation sweep). Deterministic, the same in the judge's process and the child's."""
     import torch
 
     from harness import EncoderDecoderConfig
@@ -537,13 +542,15 @@ def table_seq2seq(table, fields: dict):
             self.served_ops = {"encode": ("int64",), "decode": ("int64", "float32", "int64")}  # the feeder's
             self.cfg = EncoderDecoderConfig(**fields)
             self.table = torch.nn.Parameter(table, requires_grad=False)
+            memory = table if memory_table is None else memory_table
+            self.memory_table = torch.nn.Parameter(memory, requires_grad=False)
             self.encode_calls = 0  # what `decode_once` reads
 
         def encode(self, src):
             self.encode_calls += 1
             if src.ndim != 2 or src.numel() > _STAND_IN_ROWS:
                 raise ValueError(f"encode takes src [batch src] (at most {_STAND_IN_ROWS} ids), got {list(src.shape)}")
-            return self.table[src]  # [batch src d_vocab]
+            return self.memory_table[src]  # [batch src d_vocab]
 
         def decode(self, tgt_in, memory, src):  # the names of the course's EncoderDecoder, keywords alike
             tgt = tgt_in
@@ -694,7 +701,7 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
             raise ProbeError("the judge sent a metric that is not of two token ids")
         return logit_diff_metric(first, second)
     if "table_seq2seq" in spec:
-        return table_seq2seq(tensors[spec["table_seq2seq"]].clone(), spec["fields"])
+        return _table_seq2seq_of(spec, tensors)
     if "served" in spec:  # the feeder's proxy, made by `fetch`
         return tensors[f"served:{spec['served']}"]
     if "kv_prefix_lm" in spec:
