@@ -3888,7 +3888,8 @@ def test_scalars_and_dicts_go_as_json_and_tensors_only(tmp_path):
     prepared = judge.prepare("06_training", tmp_path / "job")
     request = probe_runner.load_request(str(prepared.folder))
     lr = [p for p in request["probes"] if p["target"] == "lr_at" and "script" not in p]  # one step each
-    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 16  # 12, the first on two more shapes, two with no floor
+    # 12, the first on two more shapes, and two with no floor
+    assert [type(p["args"][0]["value"]) for p in lr] == [int] * 16
     schedules = [p for p in request["probes"] if p.get("script") == "small_schedules"]
     assert [set(p["args"][0]["fields"]) for p in schedules] == [set(judge.LR_FIELDS)]
     fields = lr[0]["args"][1]
