@@ -175,6 +175,21 @@ def attention_pattern_test(attention_pattern) -> None:
     want = big.masked_fill(future, -1e5).softmax(-1)
     if (out - want).abs().max().item() > 1e-4:
         fail(f"{name} on scores of hundreds differs from the masked softmax by up to {(out - want).abs().max():.3g}.")
+    # other lengths, one position included (a row of one key is all 1): code written for the one length above shows
+    for pos in (1, 2, 9):
+        scores = 3 * _rand(1, 2, pos, pos)
+        out = _run_step(attention_pattern, name, scores)
+        want = scores.masked_fill(torch.ones(pos, pos, dtype=torch.bool).triu(1), -1e5).softmax(-1)
+        if tuple(out.shape) != tuple(want.shape) or not torch.allclose(out, want, atol=1e-5):
+            got = (
+                list(out.shape)
+                if tuple(out.shape) != tuple(want.shape)
+                else f"values off by up to {(out - want).abs().max():.3g}"
+            )
+            fail(
+                f"{name} on scores of {pos} position(s) returned {got} where the masked softmax over the keys is due "
+                f"(shape {list(want.shape)}{', every entry 1' if pos == 1 else ''}): it was right on 6 positions."
+            )
     print(f"{name} passed: masked, then a softmax over the keys; every row sums to 1, nothing above the diagonal.")
 
 

@@ -953,6 +953,19 @@ def encoder_decoder_test(EncoderDecoder) -> None:
             f"{mismatch_summary(out, expected, ATOL, RTOL)}{final_ln}. The encoder matches, so look at decode: "
             "embed tgt_in, every decoder layer with the target and source masks, then embed.unembed."
         )
+    # A source and a target of one length, padded apart: nothing may tell them apart by their shapes (cross-attention
+    # that read the decoder's own stream where the shapes matched passed the case above: agreement sweep 19)
+    even_src = _ordinary_ids(cfg, (2, 5), gen).masked_fill(_padding([5, 3], 5), cfg.pad_id)
+    even_tgt = _ordinary_ids(cfg, (2, 5), gen).masked_fill(_padding([4, 5], 5), cfg.pad_id)
+    even_tgt[:, 0] = cfg.bos_id
+    with torch.no_grad():
+        even_want = _oracle_logits(oracle, W_E, even_src, even_tgt, cfg)[1]
+    even = logits_of(even_src, even_tgt, f"{name}(src [2, 5], tgt_in [2, 5])")
+    if not _same(even, even_want):
+        fail(
+            f"{name}(src [2, 5], tgt_in [2, 5]), a source and a target of the same length where the case above had "
+            f"them differ, differs from nn.Transformer with the same weights: {mismatch_summary(even, even_want, ATOL, RTOL)}."
+        )
     print(
         f"{name} passed: logits match nn.Transformer (its final LayerNorms removed) with the shared, tied "
         "embedding; padding, future target tokens and the source act as they must."
@@ -1176,6 +1189,7 @@ class _ScriptedSeq2Seq(nn.Module):
             done = self.cfg.eos_id in tgt_in[r, 1:].tolist()
             if not done and tgt_in[r, 1:].tolist() != answer[: t - 1] and self.bad_prefix is None:
                 self.bad_prefix = f"row {r} was given tgt_in {tgt_in[r].tolist()}, not [BOS] + its tokens so far"
+                self.bad_fed = (r, tgt_in[r, 1:].tolist())
             token = answer[t - 1] if t - 1 < len(answer) and not done else self.JUNK
             logits[r, -1] = 0.0
             logits[r, -1, token] = 5.0
@@ -1219,6 +1233,15 @@ def greedy_decode_test(greedy_decode) -> None:
                 "logits[:, -1].argmax(-1), the prediction after the last token so far."
             )
         if model.bad_prefix is not None:
+            r, fed = getattr(model, "bad_fed", (None, None))
+            answer = answers[firsts[r]] if r is not None else []
+            step = next((k for k, (a, b) in enumerate(zip(fed or [], answer)) if a != b), None)
+            if step is not None and got is not None and got[r][: len(fed)] == fed:  # its own tokens, one not the argmax
+                fail(
+                    f"{what}: row {r} emitted {fed[step]} at step {step}, where the decoder's last position gave "
+                    f"{answer[step]} the largest logit (the tokens it fed back were its own): append each step's "
+                    "argmax as it is, whatever the step and the id."
+                )
             fail(f"{name} feeds the decoder the wrong prefix: {model.bad_prefix}.")
         if got and all(row and row[0] == CHECK_CFG.bos_id for row in got):
             fail(f"{what} starts every row with BOS: return the generated tokens only, without BOS.")

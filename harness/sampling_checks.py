@@ -520,7 +520,11 @@ def ngram_ban_test(ban_repeated_ngrams) -> None:
     sequences = torch.tensor(  # rows that repeat bigrams and trigrams, each its own way
         [[1, 2, 3, 1, 2, 4, 1, 2], [5, 5, 7, 6, 5, 7, 6, 6], [0, 3, 8, 0, 3, 8, 2, 0]]
     )  # row 1 ends "6 6": with n = 2 the window just before the end is the only one that bans 6
+    # rows of 30 tokens too: n-grams anywhere in a row count (searching the last few windows alone passed on rows of
+    # 8: agreement sweep 19)
+    long = torch.randint(0, 9, (3, 30), generator=torch.Generator().manual_seed(5))
     cases = [(sequences, 2), (sequences, 3), (sequences, 1), (sequences[:, :2], 3), (sequences[:, :5], 4)]
+    cases += [(long, 2), (long, 3)]
     for seqs, n in cases:
         given, given_lp = seqs.clone(), log_probs.clone()
         out = as_tensor_output(
@@ -552,8 +556,16 @@ def ngram_ban_test(ban_repeated_ngrams) -> None:
             )
         if _same_filter(out, _ngram_oracle(log_probs, seqs[:1].expand_as(seqs), n)):
             fail(f"{name} {where}: every row uses row 0's tokens; each row bans by its own sequence.")
+        if seqs is long:
+            fail(
+                f"{name} with n={n} on rows of 30 tokens ({seqs.tolist()}), where it was right on rows of 8: "
+                f"{_filter_evidence(out, expected, log_probs)} (an n-gram anywhere in the row counts, from its first "
+                "token on)."
+            )
         fail(f"{name} {where}: {_filter_evidence(out, expected, log_probs)}.")
-    print(f"{name} passed: matches transformers' NoRepeatNGramLogitsProcessor for n = 1 to 4, short rows included.")
+    print(
+        f"{name} passed: matches transformers' NoRepeatNGramLogitsProcessor for n = 1 to 4 on rows of 2 to 30 tokens."
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -978,6 +990,18 @@ def generate_test(generate) -> None:
             "finished by the tokens generate emits, not by its prompt: start with no row finished and mark a row "
             "once its new token is the id."
         )
+    # Prompts of one token, whose first new token is the end-of-text id in one row: no length is a special case
+    # (banning it for a one-token prompt passed every case above: agreement sweep 19)
+    for single in ([[eos - 1]], [[eos - 1], [2]]):
+        out = as_tensor_output(
+            _kcall(generate, model, torch.tensor(single), 3, eos_token_id=eos, temperature=0.0, what=name), name
+        )
+        expected = _greedy_reference(model, torch.tensor(single), 3, eos)
+        if out.shape != expected.shape or not torch.equal(out, expected):
+            fail(
+                f"{name} on the one-token prompt(s) {single}, every earlier case right: "
+                f"{_first_difference(out, expected)} (expected {expected.tolist()}, got {out.tolist()})."
+            )
     # A prompt that outgrows the model's context: the model must only ever see its last n_ctx tokens.
     short_context = ScriptedLM(_successor_table(d_vocab, eos), n_ctx=4)
     try:
@@ -1195,16 +1219,24 @@ def _completes_ngram(seq: list[int], token: int, n: int) -> bool:
 
 
 def _select_walk(
-    scores: Tensor, order: list[int], num_beams: int, eos: int, last_step: bool, *, rank_rule=True, keep_inf=False
+    scores: Tensor,
+    order: list[int],
+    num_beams: int,
+    eos: int,
+    last_step: bool,
+    *,
+    rank_rule=True,
+    keep_inf=False,
+    uncapped=False,
 ) -> tuple[list[int], list[int]]:
     """Walk candidates (flat indices, in `order`) by transformers' `_beam_search` rules: the first num_beams that do
-    not end go on, those that end finish if they rank among the first num_beams. `rank_rule=False` and
-    `keep_inf=True` make two of the usual mistakes."""
+    not end go on, those that end finish if they rank among the first num_beams. `rank_rule=False`, `keep_inf=True`
+    and `uncapped=True` make three of the usual mistakes."""
     d_vocab = scores.shape[-1]
     flat = scores.flatten().tolist()
     order = [i for i in order if keep_inf or flat[i] != NEG_INF]
     ends = [i % d_vocab == eos or last_step for i in order]
-    live = [i for i, end in zip(order, ends) if not end][:num_beams]
+    live = [i for i, end in zip(order, ends) if not end][: None if uncapped else num_beams]
     if rank_rule:
         return live, [i for rank, (i, end) in enumerate(zip(order, ends)) if end and rank < num_beams]
     done, n_live = [], 0  # the mistake: every finished candidate met before the beam is full
@@ -1268,6 +1300,13 @@ def _select_variants(scores: Tensor, num_beams: int, eos: int, last_step: bool) 
             walk(best[: 2 * num_beams], keep_inf=True),
             "keeps candidates whose score is -inf (a banned token): they are no candidates",
         ),
+        "uncapped": (
+            walk(best[: 2 * num_beams], uncapped=True),
+            (
+                "keeps every candidate that does not end live: at most num_beams go on (where none of the best "
+                "2 * num_beams ends, that is the first num_beams of them)"
+            ),
+        ),
     }
 
 
@@ -1313,6 +1352,9 @@ def select_beams_test(select_beams) -> None:
     # fewer candidates in all than 2 * num_beams: one live beam over 3 tokens, 2 beams (a topk of 2 * num_beams with no
     # bound raised here, agreement sweep 17)
     cases.append((_seeded_scores(5, 1, 3, 2, ()), 2, 2, False))
+    # <|endoftext|> the worst candidate: none of the best 2 * num_beams ends, and num_beams of them go on (returning
+    # every one that does not end passed while some of them ended: agreement sweep 19)
+    cases.append((_seeded_scores(6, 2, 7, 4, (13, 12)), 3, 4, False))
     for scores, num_beams, eos, last_step in cases:
         what = f"{name}(scores [{scores.shape[0]}, {scores.shape[1]}], num_beams={num_beams}, eos_token_id={eos}, last_step={last_step})"
         original = scores.clone()

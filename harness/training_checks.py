@@ -229,7 +229,9 @@ def _lm_loss_test(lm_cross_entropy) -> None:
 # train_test
 # --------------------------------------------------------------------------------------------------------------------
 
-_V, _SEQ = 13, 10  # a vocabulary and window length of the toy data, both unlike any real setting
+# a vocabulary and window length of the toy data, both unlike any real setting; an odd length, so that code that
+# cuts a batch to an even length shows (agreement sweep 19)
+_V, _SEQ = 13, 11
 
 
 def _chain_windows(n: int, seed: int, noise: float = 0.15) -> Tensor:
@@ -448,6 +450,11 @@ class _StepWatcher:
         if batch.ndim != 2 or batch.shape[0] != args.batch_size:
             fail(
                 f"{where}, the model was run on a batch of shape {list(batch.shape)}, expected [args.batch_size={args.batch_size}, seq_len]."
+            )
+        if batch.shape[1] != _SEQ:
+            fail(
+                f"{where}, the model was run on a batch of shape {list(batch.shape)}, where train_windows' rows are "
+                f"{_SEQ} tokens long: the model takes whole windows (lm_cross_entropy shifts the targets itself)."
             )
         rows = [tuple(row.tolist()) for row in batch]
         if any(row in self.val_rows for row in rows):

@@ -254,6 +254,18 @@ def same_batch_every_step(model, optimizer, train_windows, val_windows, step, ar
     return loss
 
 
+def windows_cut_to_even_length(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 19
+    set_lr(optimizer, lr_at(step, args))
+    batch = batch_of(train_windows, args)
+    batch = batch[:, : batch.shape[1] // 2 * 2]
+    loss = lm_cross_entropy(model(batch), batch)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    optimizer.step()
+    return loss
+
+
 def no_step(model, optimizer, train_windows, val_windows, step, args):
     set_lr(optimizer, lr_at(step, args))
     batch = batch_of(train_windows, args)
@@ -343,6 +355,7 @@ def test_a_step_given_a_closure_is_checked_as_any_step(capsys):
         (zero_grad_before_step, "not between backward and step"),
         (trains_on_validation, "validation windows"),
         (same_batch_every_step, "new random batch"),
+        (windows_cut_to_even_length, "the model takes whole windows"),
         (no_step, "never called optimizer.step"),
         (unshifted_loss, "not those of this step's loss"),
         (misnamed_loss, "name this step's loss `loss`"),

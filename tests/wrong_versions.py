@@ -471,6 +471,12 @@ add(
 add(T, "no mask", lambda: harness.attention_pattern_test(lambda s: s.softmax(-1)), "mask")
 add(
     T,
+    "the scores returned for one position",
+    lambda: harness.attention_pattern_test(lambda s: c03.attention_pattern(s) if s.shape[-1] > 1 else s),
+    "1 position(s)",
+)
+add(
+    T,
     "mask after softmax",
     lambda: harness.attention_pattern_test(lambda s: c03.apply_causal_mask(s.softmax(-1), 0.0)),
     "after",
@@ -1287,7 +1293,7 @@ def ngram_with(kind):
                 seq = sequences[0].tolist()
             prefix = seq[len(seq) - size + 1 :]
             stop = len(seq) - size + (0 if kind == "last_window_missed" else 1)
-            for start in range(stop):
+            for start in range(max(0, stop - 8) if kind == "last_8" else 0, stop):
                 if seq[start : start + size - 1] == prefix:
                     banned[row, seq[start + size - 1]] = -1e9 if kind == "finite" else float("-inf")
         return banned
@@ -1303,6 +1309,7 @@ add(T, "row 0's tokens for every row", ngram_with("row0"), "row 0's tokens")
 add(T, "in place", ngram_with("in_place"), "in place")
 add(T, "-1e9, not -inf", ngram_with("finite"), "must be -inf")
 add(T, "the last window never compared", ngram_with("last_window_missed"), "last window")
+add(T, "the last 8 windows alone searched", ngram_with("last_8"), "anywhere in the row")
 
 
 def min_p_with(kind):
@@ -1452,6 +1459,9 @@ def generate_with(kind):
         for _ in range(max_new_tokens):
             window = tokens if kind == "nocrop" else tokens[:, -model.cfg.n_ctx :]
             logits = model(window)[:, -1]
+            if kind == "ban_eos_single" and tokens.shape[1] == 1:  # the id banned for a one-token prompt (sweep 19)
+                logits = logits.clone()
+                logits[:, eos_token_id] = float("-inf")
             # the penalty counted over the window the model sees (a mutation sweep: passed the judge then)
             if kind == "no_generator":  # the global generator instead (agreement sweep 17)
                 sampling = {k: v for k, v in sampling.items() if k != "generator"}
@@ -1489,6 +1499,7 @@ add(T, "the generator not passed on", generate_with("no_generator"), "generators
 add(T, "finished | next == eos, unbracketed", generate_with("precedence"), "kept generating after row 0")
 add(T, "a prompt ending with EOS counts as finished", generate_with("prompt_ends"), "not by its prompt")
 add(T, "EOS anywhere in the row counts as finished", generate_with("held_anywhere"), "not by its prompt")
+add(T, "EOS banned for a one-token prompt", generate_with("ban_eos_single"), "one-token prompt")
 
 
 def beam_with(kind):
@@ -1565,7 +1576,7 @@ def select_with(kind):
                     break
                 (done if end else live).append(index)
             return torch.tensor(live, dtype=torch.long), torch.tensor(done, dtype=torch.long)
-        live = candidates[~ends][:num_beams]
+        live = candidates[~ends] if kind == "uncapped" else candidates[~ends][:num_beams]
         done = candidates[ends & (torch.arange(len(candidates)) < num_beams)]
         if kind == "tokens":
             return live % d_vocab, done % d_vocab
@@ -1582,6 +1593,7 @@ add(T, "finishes eos beyond the best num_beams", select_with("rank"), "among the
 add(T, "ignores last_step", select_with("last"), "last_step")
 add(T, "keeps -inf candidates", select_with("inf"), "-inf")
 add(T, "tokens, not flat indices", select_with("tokens"), "flat indices", "parent")
+add(T, "every candidate that does not end kept live", select_with("uncapped"), "at most num_beams go on")
 add(T, "greedy, not beam", beam_with("greedy"), "greedy", "likeliest first token")
 add(T, "ignores no_repeat_ngram_size", beam_with("no_ngram"), "no_repeat_ngram_size", "n-gram", "ngram")
 add(T, "scores only the last step", beam_with("probs_product_unsummed"), "summed log-prob", "cumulative", "last step")
@@ -2414,6 +2426,16 @@ class EDSharedLayer(ED):
         self.decoder_layers = torch.nn.ModuleList([self.decoder_layers[0]] * cfg.n_layers)
 
 
+class EDMemoryFromStream(ED):  # cross-attention reads the decoder's own stream where its shape is memory's
+    def decode(self, tgt_in, memory, src):
+        src_padding, tgt_padding = src == self.cfg.pad_id, tgt_in == self.cfg.pad_id
+        y = self.embed(tgt_in)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_padding, src_padding)
+            memory = y if y.shape == memory.shape else memory
+        return self.embed.unembed(y)
+
+
 class EDMemoryFromEmbed(ED):  # the decoder's memory is the source embedding, not the encoder output
     def forward(self, src, tgt_in):
         return self.decode(tgt_in, self.embed(src), src)
@@ -2422,6 +2444,12 @@ class EDMemoryFromEmbed(ED):  # the decoder's memory is the source embedding, no
 T = "encoder_decoder_test"
 add(T, "", lambda: harness.encoder_decoder_test(ED))
 add(T, "source padding not masked", lambda: harness.encoder_decoder_test(EDNoSrcPadding), "padding")
+add(
+    T,
+    "memory replaced where the lengths match",
+    lambda: harness.encoder_decoder_test(EDMemoryFromStream),
+    "same length",
+)
 add(
     T,
     "memory = source embeddings",
@@ -2523,6 +2551,8 @@ def decode_with(kind):
                 logits = logits.clone()
                 logits[:, cfg.pad_id] = float("-inf")
             nxt = logits.argmax(-1)
+            if kind == "first_eos_pad" and tgt.shape[1] == 1:  # an EOS at the first step turned into padding
+                nxt = nxt.masked_fill(nxt == cfg.eos_id, cfg.pad_id)
             if kind != "nopad":
                 nxt = nxt.masked_fill(finished, cfg.pad_id)
             tgt = torch.cat([tgt, nxt[:, None]], 1)
@@ -2540,6 +2570,7 @@ add(T, "keeps BOS", decode_with("bos"), "with bos", "without bos")
 add(T, "no padding after EOS", decode_with("nopad"), "emit padding", "keep generating")
 add(T, "the pad id never predicted", decode_with("never_pad"), "the pad id included")
 add(T, "the pad id finishes a row", decode_with("pad_ends"), "the pad id included")
+add(T, "EOS at the first step turned into padding", decode_with("first_eos_pad"), "append each step's argmax")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -2626,6 +2657,7 @@ for fn, phrase in [
     (t06.zero_grad_before_step, "not between backward and step"),
     (t06.trains_on_validation, "validation windows"),
     (t06.same_batch_every_step, "new random batch"),
+    (t06.windows_cut_to_even_length, "the model takes whole windows"),
     (t06.no_step, "never called optimizer.step"),
     (t06.unshifted_loss, "not those of this step's loss"),
     (t06.new_optimizer_every_step, "create the optimizer once"),
