@@ -1666,8 +1666,15 @@ class KVReturnsOldCache(KVT):  # returns the past_kvs given, not the extended on
         return logits, past_kvs if past_kvs is not None else new
 
 
+class KVWithBuffer(KVT):  # a persistent buffer of its own, as nanoGPT registers its causal mask (red-team round 51)
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.register_buffer("causal", torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool).triu(1))
+
+
 T = "kv_cache_test"
 add(T, "", lambda: harness.kv_cache_test(KVT))
+add(T, "", lambda: harness.kv_cache_test(KVWithBuffer))
 add(T, "new values cached first", lambda: harness.kv_cache_test(kv_model_with(KVAttnNewFirst)), "stands first")
 add(
     T,
@@ -1826,8 +1833,15 @@ def padded_model_with(kind):
     return lambda: harness.padded_transformer_test(Model)
 
 
+class PTWithBuffer(PT):  # a persistent buffer of its own (red-team round 51: refused as a missing parameter)
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.register_buffer("positions", torch.arange(cfg.n_ctx))
+
+
 T = "padded_transformer_test"
 add(T, "", lambda: harness.padded_transformer_test(PT))
+add(T, "", lambda: harness.padded_transformer_test(PTWithBuffer))
 add(T, "", padded_model_with(""))  # the same model written with einops: accepted
 add(T, "the mask never reaches the attention", padded_model_with("no_mask"), "padding is attended")
 add(T, "positions from the padded start", padded_model_with("arange"), "counted from the padded start")
