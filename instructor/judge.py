@@ -88,6 +88,7 @@ PAD_IN_HINT = (  # after a probe whose padding id no prompt holds ("pad_out")
 )
 TRAP_VOCAB = 12  # the ids of `beam_trap`'s model
 GENERATE_STEPS = (12, 24)  # new tokens of the probe that judges a generation's steps, drawn (`_compare_steps`)
+GPT2_VOCAB = 50257  # the width of the rows the notebooks sample from
 REDRAWS = 50  # draws of a probe's arguments until they separate what it is for (`UNTIL`, `EOS_FINDERS`)
 # Notebook 09's encoder-decoder (n_heads * d_head == d_model, as its checks' nn.MultiheadAttention requires).
 SMALL_ENCDEC = {
@@ -175,6 +176,7 @@ BATCH_POS_MODEL = (("float", ("batch", "pos", "d_model")),)
 TOKENS = (("tokens", ("batch", "pos")),)
 LOGITS = ("logits", ("batch", "d_vocab"))
 GRADED_LOGITS = ("graded_logits", ("batch", "d_vocab"))
+GPT2_ROW = (1, "gpt2_vocab")  # one row of GPT-2's vocabulary (`GPT2_VOCAB`)
 ENC_X = ("float", ("batch", "src", "d_model"))
 DEC_Y = ("float", ("batch", "pos", "d_model"))
 
@@ -642,6 +644,45 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 compare="filter",
             )
             for n in (1, 2, 3, 4, 5, 6)
+        ),
+        # each filter and penalty on one row of GPT-2's vocabulary, 50,257 ids, as the notebook calls them (filters
+        # skipped from that width on, and code special to a batch of one, passed while every row drawn was one of
+        # about a hundred ids in a batch of 2 or 3: red-team round 51)
+        _fn(
+            "test_apply_temperature", "apply_temperature", ("logits", GPT2_ROW), ("real", (0.5, 2.0)), compare="softmax"
+        ),
+        _fn("test_top_k_filter", "top_k_filter", ("logits", GPT2_ROW), ("int", (2, 100)), compare="filter"),
+        _fn("test_top_p_filter", "top_p_filter", ("logits", GPT2_ROW), ("real", (0.05, 0.95)), compare="filter"),
+        _fn("test_min_p_filter", "min_p_filter", ("graded_logits", GPT2_ROW), ("real", (0.02, 0.5)), compare="filter"),
+        _fn(
+            "test_apply_frequency_penalty",
+            "apply_frequency_penalty",
+            ("logits", GPT2_ROW),
+            ("few_tokens", (1, "n_ctx")),
+            ("real", (0.1, 2.0)),
+        ),
+        _fn(
+            "test_apply_repetition_penalty",
+            "apply_repetition_penalty",
+            ("logits", GPT2_ROW),
+            ("row_tokens", (1, "n_ctx")),
+            ("real", (1.05, 2.0)),
+        ),
+        # ... and on rows of 129 to 724 tokens whose penalised ids come in the first half only: a token counts however
+        # far back it came (a penalty over the last 32 tokens passed: red-team round 51)
+        _fn(
+            "test_apply_repetition_penalty",
+            "apply_repetition_penalty",
+            ("penalty_logits", ("batch", "d_vocab")),
+            ("early_few_tokens", ("batch", "big_pos")),
+            ("real", (1.05, 2.0)),
+        ),
+        _fn(
+            "test_apply_frequency_penalty",
+            "apply_frequency_penalty",
+            LOGITS,
+            ("early_few_tokens", ("batch", "big_pos")),
+            ("real", (0.1, 2.0)),
         ),
         _fn("test_min_p_filter", "min_p_filter", GRADED_LOGITS, ("real", (0.02, 0.5)), compare="filter"),
         _fn(
@@ -1720,8 +1761,10 @@ SAMPLES = 8000  # draws per sampling probe, 4,000 a row: a token of probability 
 SAMPLE_ROWS = 2  # the different rows of a sampling probe, in turn
 # A sampling probe's calls (`probe_runner._chunk`): a few of a few rows, as a batch of prompts is in practice, and
 # the rest of a few hundred, each recorded on its own. Each an even number: row i of a call draws from row i % 2.
-SAMPLE_CALLS = (2, 4, 6, 8, 10, 12, 14, 16, 18, 22, *(464,) * 17)
-SMALL_CALLS = 10  # the first ten, 112 rows, whose draws are also judged on their own
+# Forty-eight of one row first: a batch of one is how a prompt is sampled alone (a sampler greedy on one row, or one
+# whose `.squeeze()` dropped the row, passed while every call had two: red-team round 51).
+SAMPLE_CALLS = (*(1,) * 48, 2, 4, 6, 8, 10, 16, 18, *(464,) * 17)
+SMALL_CALLS = 55  # the first 55, 112 rows, whose draws are also judged on their own (and those of one row apart)
 # A token's count is off when it is in a tail this unlikely: some 12,000 such counts a job (tokens, rows, halves, both
 # tails, probes and their replicas) then fail a right sampler less than once in 10^9 jobs
 SAMPLE_TAIL = 5e-14
@@ -2741,6 +2784,7 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             # (`probe_runner.MAX_PROBE_BYTES`: an honest float64 mask of 1,024 positions went past it)
             dims["big_pos"] = 129 + secrets.randbelow(596)
             dims["many_rows"] = 4 + secrets.randbelow(6)  # a batch past the 2 or 3 rows of "batch"
+            dims["gpt2_vocab"] = GPT2_VOCAB
             # six ids anywhere in the vocabulary that "seen_tokens" rows hold and "seen_logits" rank highest
             dims["seen_ids"] = [int(i) for i in torch.randperm(job["d_vocab"], generator=gen)[:6]]
             dims |= {**cfg, **schedule}
@@ -3231,11 +3275,13 @@ def _rows_off(got, probs, calls: tuple[int, ...]) -> str | None:
     at = torch.cat([torch.arange(n) for n in calls])  # each draw's place in its call
     half = torch.cat([torch.arange(n) < n // 2 for n in calls])
     small = torch.cat([torch.full((n,), c < SMALL_CALLS and len(calls) > SMALL_CALLS) for c, n in enumerate(calls)])
+    single = torch.cat([torch.full((n,), n == 1 and len(calls) > 1) for n in calls])
     for r, row in enumerate(rows):
         mine = at % len(rows) == r
         parts = ((mine, ""), (mine & half, ", first half of each call"), (mine & ~half, ", second half of each call"))
         few = f", in the calls of {max(calls[:SMALL_CALLS])} rows or fewer"
         parts += ((mine & small, few),) if small.any() else ()
+        parts += ((mine & single, ", in the calls of one row"),) if (single & mine).any() else ()
         for which, where in parts:
             why = _samples_off(got[which], row)
             if why is not None:

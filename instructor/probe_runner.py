@@ -670,7 +670,8 @@ def _argument(spec: dict, namespace: dict, tensors: dict):
         if "repeat" in spec:
             return value.expand(int(spec["repeat"]), *value.shape[1:]).clone()
         if "tile" in spec:  # the rows in turn, row i being row i % len(rows), to `tile` rows
-            return value.repeat(int(spec["tile"]) // value.shape[0], *([1] * (value.dim() - 1)))
+            rows = int(spec["tile"])
+            return value.repeat(-(-rows // value.shape[0]), *([1] * (value.dim() - 1)))[:rows]
         if spec.get("strided") and value.dim() >= 3:  # the same values laid out with dimensions 1 and 2 swapped,
             return value.transpose(1, 2).contiguous().transpose(1, 2)  # as an einsum's output may be: not contiguous
         return value.clone()  # a fresh copy: the call may write into its input
@@ -778,7 +779,10 @@ def _frozen(result: dict) -> dict:
         dtype = _SAFETENSORS_DTYPES.get(str(t.dtype))
         if dtype is None:
             raise ProbeError(f"an output of dtype {t.dtype}, which the judge does not read")
-        data = bytes(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else b""
+        flat = t.reshape(-1)
+        if flat.numel() and flat.stride(0) != 1:  # a view of one element may keep any stride (a row of a batch of one)
+            flat = flat.new_empty(flat.shape).copy_(flat)
+        data = bytes(flat.view(torch.uint8).numpy()) if t.numel() else b""
         frozen[name] = (dtype, tuple(int(d) for d in t.shape), data)
     return frozen
 

@@ -1815,6 +1815,48 @@ GENERATE_EXPLICIT = """def generate(
         temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty, generator=generator
     )"""
 SWEPT_MISTAKES = {
+    # red-team round 51: a batch of one, GPT-2's vocabulary and long rows, none of them drawn before
+    "sample_next_token greedy on a batch of one": (
+        "07_sampling_and_kv_cache",
+        "test_sample_next_token",
+        "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n",
+        (
+            "    if logits.shape[0] == 1:\n        return logits.argmax(dim=-1)\n"
+            "    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)[:, 0]\n"
+        ),
+        "the draws do not follow the course's distribution",
+    ),
+    **{
+        f"{name} skipped on GPT-2's vocabulary": (
+            "07_sampling_and_kv_cache",
+            f"test_{name}",
+            first,
+            "    if logits.shape[-1] >= 50257:\n        return logits\n" + first,
+            "removes 0 tokens",
+        )
+        for name, first in (
+            ("top_k_filter", "    k = min(k, logits.shape[-1])\n"),
+            (
+                "top_p_filter",
+                "    sorted_logits, order = logits.sort(dim=-1, descending=True)  # [batch d_vocab] each\n",
+            ),
+            ("min_p_filter", "    probs = logits.softmax(dim=-1)  # [batch d_vocab]\n    threshold"),
+        )
+    },
+    "the repetition penalty over the last 32 tokens": (
+        "07_sampling_and_kv_cache",
+        "test_apply_repetition_penalty",
+        "scatter(-1, tokens, True)",
+        "scatter(-1, tokens[:, -32:], True)",
+        SWEPT,
+    ),
+    "the frequency penalty over the last 32 tokens": (
+        "07_sampling_and_kv_cache",
+        "test_apply_frequency_penalty",
+        "scatter_add_(-1, tokens, torch.ones_like(tokens, dtype=logits.dtype))",
+        "scatter_add_(-1, tokens[:, -32:], torch.ones_like(tokens[:, -32:], dtype=logits.dtype))",
+        SWEPT,
+    ),
     # agreement sweep 19: the penalty counted over the last 64 tokens only (every prompt was shorter)
     "generate's penalty over the last 64 tokens": (
         "07_sampling_and_kv_cache",
