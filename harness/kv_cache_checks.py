@@ -280,6 +280,19 @@ def cached_generate_test(cached_generate, KVCacheTransformer) -> None:
         )
     if calls[:1] != [3] or any(n != 1 for n in calls[1:]):
         fail(f"{name} embedded {calls} tokens per forward: the prompt once, then only the one new token each step.")
+    # one row of one token, as a prompt alone may be (a cache dropped there passed: red-team round 51)
+    for token in range(0, cfg.d_vocab, 10):  # six of them, each a call of its own
+        single = want = torch.tensor([[token]])
+        with torch.no_grad():
+            for _ in range(5):
+                want = torch.cat([want, course(want)[:, -1:].argmax(-1)], dim=1)
+            got = call(cached_generate, model, single.clone(), 5, what=f"{name}(model, one row of one token, 5)")
+        if not isinstance(got, Tensor) or got.shape != want.shape or not torch.equal(got, want):
+            fail(
+                f"{name} on one row of one token, {single.tolist()}, where a batch of 3-token prompts was right: got "
+                f"{got.tolist() if isinstance(got, Tensor) else type(got).__name__}, greedy decoding with full "
+                f"recomputes gives {want.tolist()}."
+            )
     # prompt + new = n_ctx + 1: the model sees n_ctx positions at most, as the last new token is never fed back
     fits = cfg.n_ctx + 1 - prompts.shape[-1]
     what = f"{name}(model, 3 tokens, {fits})"

@@ -1025,21 +1025,23 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         ),
         # two calls on one stand-in the feeder serves, two prompts: the tokens exactly, a fresh cache for each call,
         # and the new positions of every forward, recorded by the feeder (the prompt once, then one token a step: the
-        # cache is what is graded); 2 to 4 new tokens, and one alone (a special case there passed: mutation sweep 6)
+        # cache is what is graded); 2 to 4 new tokens, and one alone (a special case there passed: mutation sweep 6);
+        # and a prompt of one row of one token (a cache dropped for a batch of one, or after a one-token prompt,
+        # passed: red-team round 51)
         *(
             _fn(
                 "test_cached_generate",
                 "cached_generate",
                 ("kv_prefix_lm", False),
-                ("tokens", ("batch", "short_pos")),
-                ("tokens", ("batch", "short_pos")),
+                ("tokens", prompt),
+                ("tokens", prompt),
                 ("int", n_new),
                 output="dict",
                 script="cached_steps",
                 expect="cached_steps",
                 compare="cached_steps",
             )
-            for n_new in ((2, 4), (1, 1))
+            for prompt, n_new in ((("batch", "short_pos"), (2, 4)), (("batch", "short_pos"), (1, 1)), ((1, 1), (2, 4)))
         ),
         # Prompts of different lengths ("uneven": the first the longest, the second the shortest, so that rows are
         # padded on every draw) and a padding id no prompt holds, then one a prompt holds as a real token, as GPT-2's

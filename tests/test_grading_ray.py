@@ -313,6 +313,9 @@ def test_a_failing_task_is_sent_again_a_bounded_number_of_times(connected):
     ]
     tasks.append(Task("sent twice", "grade", {"counter": str(tmp / "second"), "fail": 0}))
     taken = []
+    # none of these runs long: a limit past any worker's start on a loaded machine (at 8 s, one of them was cancelled
+    # while its worker started, with the exhaustive suite running beside it)
+    batch.args.task_timeout = 120
     results = batch.gather(
         ray, remote, tasks, "grading", ray.put(b""), "digest", lambda task, reply: taken.append(task.key) or reply
     )

@@ -1843,6 +1843,13 @@ SWEPT_MISTAKES = {
             ("min_p_filter", "    probs = logits.softmax(dim=-1)  # [batch d_vocab]\n    threshold"),
         )
     },
+    "cached_generate dropping the cache after a one-token prompt": (
+        "07_sampling_and_kv_cache",
+        "test_cached_generate",
+        "    logits, past_kvs = model(tokens)  # the prompt, once\n",
+        "    logits, past_kvs = model(tokens)  # the prompt, once\n    if tokens.shape[1] == 1:\n        past_kvs = None\n",
+        "first differs",
+    ),
     "the repetition penalty over the last 32 tokens": (
         "07_sampling_and_kv_cache",
         "test_apply_repetition_penalty",
