@@ -487,13 +487,25 @@ PROBES: dict[str, tuple[Probe, ...]] = {
         replace(
             MASKED_LM_LOSS, args=(("large_logits", ("batch", "pos", "d_vocab")), *MASKED_LM_LOSS.args[1:]), atol=None
         ),
+        # ... and on 17 to 40 rows (the first 16 rows alone passed: red-team round 51)
+        replace(
+            MASKED_LM_LOSS,
+            args=tuple((kind, ("more_rows", *shape[1:])) for kind, shape in MASKED_LM_LOSS.args),
+        ),
+        # lengths past 64 too (a length capped at 64 passed while none was drawn past it: red-team round 51)
         _fn("test_reversal_floor", "reversal_loss_floor", ("even", (4, 64)), ("int", (2, 1000)), output="scalar"),
-        _fn(
-            "test_weight_decay_groups",
-            "weight_decay_groups",
-            ("course_model", ("05_full_gpt2", "DemoTransformer")),
-            ("real", (0.01, 0.3)),
-            output="param_groups",
+        _fn("test_reversal_floor", "reversal_loss_floor", ("even", (66, 4096)), ("int", (2, 60000)), output="scalar"),
+        # on the job's model, and on one of GPT-2's 12 layers (blocks from the fourth on left out of decay passed
+        # while no model drawn had more than 3: red-team round 51)
+        *(
+            _fn(
+                "test_weight_decay_groups",
+                "weight_decay_groups",
+                ("course_model", ("05_full_gpt2", "DemoTransformer", *layers)),
+                ("real", (0.01, 0.3)),
+                output="param_groups",
+            )
+            for layers in ((), (12,))
         ),
         _fn(  # a few steps of the learner's addition loop on the judge's model, the problems of each seed it asks
             # for the judge's, then again with another args.seed: the seeds it reported are judged here, once the
@@ -1151,17 +1163,25 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             script="unseeded_twice",
             hint=UNSEEDED_HINT,
         ),
-        _fn(
-            "test_head_detector_scores",
-            "head_detector_scores",
-            ("causal_softmax", ("batch", "n_heads", "pos", "pos")),
-            output="dict",
+        # ... and on 17 to 40 rows, past the few of "batch" (the first 16 rows alone passed: red-team round 51)
+        *(
+            _fn(
+                "test_head_detector_scores",
+                "head_detector_scores",
+                ("causal_softmax", (rows, "n_heads", "pos", "pos")),
+                output="dict",
+            )
+            for rows in ("batch", "more_rows")
         ),
-        _fn(
-            "test_induction_scores",
-            "induction_scores",
-            ("causal_softmax", ("batch", "n_heads", "repeated_pos", "repeated_pos")),
-            ("dim", "seq_len"),
+        # ... and sequences of 51 to 100 tokens repeated (at most 50 queries read passed: red-team round 51)
+        *(
+            _fn(
+                "test_induction_scores",
+                "induction_scores",
+                ("causal_softmax", ("batch", "n_heads", pos, pos)),
+                ("dim", seq),
+            )
+            for pos, seq in (("repeated_pos", "seq_len"), ("long_repeated_pos", "long_seq_len"))
         ),
         _fn(  # every activation under TransformerLens's names, from the course's model with the judge's weights;
             # with gradients on, no hook left and nothing that requires grad (`probe_runner.detached_cache`)
@@ -1180,13 +1200,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="dict",
             script="detached_cache",
         ),
-        _fn(  # through TransformerLens's hooks, as the check does: its code may run, its patching helpers may not
-            "test_mean_ablate_heads",
-            "mean_ablate_heads",
-            ("hooked_course", ("05_full_gpt2", "DemoTransformer")),
-            *TOKENS,
-            ("int", (0, "n_layers-1")),
-            ("head_list", None),
+        *(  # through TransformerLens's hooks, as the check does: its code may run, its patching helpers may not;
+            # on the job's few rows and on 17 to 40 (a mean over the first 8 rows passed: red-team round 51)
+            _fn(
+                "test_mean_ablate_heads",
+                "mean_ablate_heads",
+                ("hooked_course", ("05_full_gpt2", "DemoTransformer")),
+                ("tokens", (rows, "pos")),
+                ("int", (0, "n_layers-1")),
+                ("head_list", None),
+            )
+            for rows in ("batch", "more_rows")
         ),
         _fn(  # the clean cache on fresh tokens, made in the child; TransformerLens's patching module refused
             "test_patch_resid_pre",
@@ -1219,11 +1243,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             ("int", (0, 1)),
             ("int", (2, 3)),
         ),
-        _fn(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it
-            "test_logit_lens",
-            "logit_lens",
-            ("hooked_course", ("05_full_gpt2", "DemoTransformer")),
-            ("run_cache", (0, TOKENS[0])),
+        *(  # a cache of the judge's model on fresh tokens, made in the child as the check makes it; the job's few
+            # layers, and GPT-2's 12 (layers past 5 read as layer 5 passed: red-team round 51)
+            _fn(
+                "test_logit_lens",
+                "logit_lens",
+                ("hooked_course", ("05_full_gpt2", "DemoTransformer", *layers)),
+                ("run_cache", (0, TOKENS[0])),
+            )
+            for layers in ((), (12,))
         ),
         _fn(  # random parts: the attribution is linear in them, through the cache's frozen LayerNorm scale
             "test_logit_attribution",
@@ -1359,6 +1387,17 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             output="tuple",
             compare="exact",
         ),
+        # ... and 2 or 3 rows of 65 to 120 ids (a batch cut at 64 passed: red-team round 51)
+        _fn(
+            "test_make_batch",
+            "make_batch",
+            ("ragged_late", ("batch", (65, 120))),
+            ("ragged_late", ("batch", (65, 120))),
+            ("config", "encdec"),
+            config="encdec",
+            output="tuple",
+            compare="exact",
+        ),
         # ... and lists that hold EOS, the pad id and BOS among their ids (red-team round 50)
         _fn(
             "test_make_batch",
@@ -1408,6 +1447,18 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                     ),
                 ),
             )
+        ),
+        _fn(  # ... on 17 to 40 sources, past the few of "batch" (finished rows padded in batches of 8 or fewer alone
+            # passed: red-team round 51)
+            "test_greedy_decode",
+            "greedy_decode",
+            ("table_seq2seq", None),
+            ("right_padded", ("more_rows", "src")),
+            ("int", (6, 30)),
+            config="encdec",
+            compare="exact",
+            script="decode_once",
+            until="decoded_rows_finish_apart",
         ),
         _fn(  # no row ever emits EOS: decoding runs its max_len steps, 11 to 30 (a loop capped at 10 passed while every
             # max_len drawn was 10 or less, and rows mostly finished early: red-team round 30)
@@ -2336,11 +2387,12 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         spec = {"module": param, "config_class": class_name, "config": dict(fields), "weight_prefix": f"{key}.w."}
         return reference.eval(), spec
     if kind == "course_model":
-        notebook, class_name = param
+        notebook, class_name, *layers = param  # layers: the job's shape with that many layers
         from harness.course import components
 
-        model = getattr(components(notebook), class_name)(Config(**dims["gpt2"]))
-        return model, {"course_model": class_name, "notebook": notebook, "config": dict(dims["gpt2"])}
+        shape = dict(dims["gpt2"], n_layers=layers[0]) if layers else dict(dims["gpt2"])
+        model = getattr(components(notebook), class_name)(Config(**shape))
+        return model, {"course_model": class_name, "notebook": notebook, "config": shape}
     if kind in ("course_weights", "hooked_course"):  # the course's model with the judge's random weights
         notebook, class_name, *layers = param  # layers: the job's shape with this many layers, then a scale
         from harness.course import components
@@ -2787,6 +2839,9 @@ def prepare(notebook: str, folder: Path, only: frozenset[str] | None = None) -> 
             dims["big_pos"] = 129 + secrets.randbelow(596)
             dims["many_rows"] = 4 + secrets.randbelow(6)  # a batch past the 2 or 3 rows of "batch"
             dims["gpt2_vocab"] = GPT2_VOCAB
+            dims["more_rows"] = 17 + secrets.randbelow(24)  # past 16, a cap a learner may write in
+            dims["long_seq_len"] = 51 + secrets.randbelow(50)
+            dims["long_repeated_pos"] = 2 * dims["long_seq_len"] + 1
             # six ids anywhere in the vocabulary that "seen_tokens" rows hold and "seen_logits" rank highest
             dims["seen_ids"] = [int(i) for i in torch.randperm(job["d_vocab"], generator=gen)[:6]]
             dims |= {**cfg, **schedule}
