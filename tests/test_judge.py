@@ -1914,6 +1914,20 @@ SWEPT_MISTAKES = {
         "        next_token = next_token.masked_fill(finished & (src.shape[0] <= 8), cfg.pad_id)  # finished rows emit padding\n",
         SWEPT,
     ),
+    "ban_repeated_ngrams skipped for one row": (
+        "07_sampling_and_kv_cache",
+        "test_ban_repeated_ngrams",
+        "    banned = log_probs.clone()\n",
+        "    banned = log_probs.clone()\n    if len(sequences) == 1:\n        return banned\n",
+        "removes 0 tokens",
+    ),
+    "EncoderLayer's padding mask skipped for a batch of one": (
+        "09_encoder_decoder",
+        "test_encoder_layer",
+        "        x = self.ln1(x + self.self_attn(x, x, src_padding))",
+        "        x = self.ln1(x + self.self_attn(x, x, src_padding if x.shape[0] > 1 else None))",
+        SWEPT,
+    ),
     "the repetition penalty over the last 32 tokens": (
         "07_sampling_and_kv_cache",
         "test_apply_repetition_penalty",
