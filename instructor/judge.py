@@ -969,16 +969,19 @@ PROBES: dict[str, tuple[Probe, ...]] = {
                 ("table_lm", (2, 3), NEVER_EOS, False),
             )
         ),
-        *(
+        *(  # each case as the check has it, then with <|endoftext|> first in its prompt, as GPT-2's prompts begin:
+            # the same search, the id kept in the output (one cut at its first EOS, or whose length counted the
+            # prompt's EOS, passed while no prompt held it: red-team round 51)
             _fn(
                 "test_beam_search",
                 "beam_search",
-                ("beam_case", case),
+                ("beam_case", (case, held)),
                 *(("beam_arg", name) for name in ("tokens", "num_beams", "max_new_tokens")),
                 *(("beam_arg", name) for name in ("eos_token_id", "length_penalty", "early_stopping")),
                 keywords=("eos_token_id", "length_penalty", "early_stopping"),
                 compare="exact",
             )
+            for held in (False, True)
             for case in range(N_BEAM_CASES)
         ),
         # a model of a 4-position context that depends on all of it, searched past it: the window is n_ctx (one of
@@ -2515,14 +2518,18 @@ def _draw(kind: str, param, key: str, dims: dict, course, gen, tensors: dict):
         # numbers are fresh while every mistake still shows; the other arguments read the permutation from `dims`
         from harness.sampling_checks import BEAM_SEPARATING_SEEDS, _random_beam_case
 
-        case = _random_beam_case(BEAM_SEPARATING_SEEDS[param])
+        which, held = param
+        case = _random_beam_case(BEAM_SEPARATING_SEEDS[which])
         table, prompt, num_beams, max_new, length_penalty, early_stopping = case
         perm = torch.randperm(table.shape[0], generator=gen)  # old id -> new id
         relabelled = torch.empty_like(table)
         relabelled[perm[:, None], perm[None, :]] = table
         relabelled += torch.randn(table.shape[0], 1, generator=gen) * 3
+        tokens = perm[prompt]
+        if held:  # the model reads the last token alone: the same search after it
+            tokens = torch.cat([torch.full_like(tokens[..., :1], int(perm[5])), tokens], dim=-1)
         dims["beam"] = {
-            "tokens": perm[prompt],
+            "tokens": tokens,
             "num_beams": num_beams,
             "max_new_tokens": max_new,
             "eos_token_id": int(perm[5]),  # the check's cases end at id 5

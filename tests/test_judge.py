@@ -1928,6 +1928,20 @@ SWEPT_MISTAKES = {
         "        x = self.ln1(x + self.self_attn(x, x, src_padding if x.shape[0] > 1 else None))",
         SWEPT,
     ),
+    "beam_search cut at the first EOS, the prompt's included": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "    return finished[0][1][None]\n",
+        "    best = finished[0][1]\n    ends = (best == eos_token_id).nonzero()\n    return (best[: int(ends[0]) + 1] if len(ends) else best)[None]\n",
+        SWEPT,
+    ),
+    "beam_search counting the prompt's EOS in its length": (
+        "07_sampling_and_kv_cache",
+        "test_beam_search",
+        "        length = step + 1  # generated tokens, this one (an <|endoftext|> too) included\n",
+        "        length = step + 1 + int((tokens == eos_token_id).sum())  # generated tokens\n",
+        SWEPT,
+    ),
     "the repetition penalty over the last 32 tokens": (
         "07_sampling_and_kv_cache",
         "test_apply_repetition_penalty",
