@@ -80,6 +80,36 @@ def _same_filter(out: Tensor, expected: Tensor) -> bool:
     return torch.allclose(out[kept], expected[kept], atol=1e-5, rtol=1e-5)
 
 
+GPT2_VOCAB = 50257  # the width of the rows the notebooks sample from
+
+
+def _at_notebook_sizes(name: str, fn, extra: tuple, oracle, kind: str = "filter", about: str = "") -> None:
+    """`fn` on one row of GPT-2's 50,257 logits (its other arguments `extra`), once rows of ten were right: code
+    special to a batch of one, or to a wide vocabulary, shows (filters skipped from 50,257 ids on passed every row of
+    ten: red-team round 51)."""
+    logits = 3 * torch.randn(1, GPT2_VOCAB, generator=torch.Generator().manual_seed(51))
+    what = f"{name} on one row of GPT-2's {GPT2_VOCAB:,} logits{about}"
+    out = as_tensor_output(call(fn, logits.clone(), *extra, what=what), name)
+    expected = oracle(logits.clone())
+    if tuple(out.shape) != tuple(expected.shape):
+        fail(
+            f"{what}, where rows of ten were right, returned shape {list(out.shape)}: expected {list(expected.shape)}."
+        )
+    if kind == "filter" and not _same_filter(out, expected):
+        fail(f"{what}, where rows of ten were right: {_filter_evidence(out, expected, logits)}.")
+    if kind == "values" and not torch.allclose(out, expected, atol=1e-4, rtol=1e-5):
+        wrong = int(((out - expected).abs() > 1e-4 + 1e-5 * expected.abs()).sum())
+        fail(f"{what}, where rows of ten were right: {wrong} of {GPT2_VOCAB:,} logits differ from the expected ones.")
+
+
+def _early_tokens(rows: int, length: int, gen_seed: int) -> Tensor:
+    """Rows of `length` ids whose first half holds ids 0-5 and whose second half none of them: a penalty that counts
+    only the last tokens misses every one of them."""
+    gen = torch.Generator().manual_seed(gen_seed)
+    head = torch.randint(0, 6, (rows, length // 2), generator=gen)
+    return torch.cat([head, torch.randint(6, 10, (rows, length - length // 2), generator=gen)], dim=1)
+
+
 def _kept_counts(t: Tensor) -> list[int]:
     return (~torch.isneginf(t)).sum(-1).tolist()
 
@@ -230,6 +260,7 @@ def top_k_test(top_k_filter) -> None:
                 "keep every token whose logit equals the k-th largest (as transformers does)."
             )
         fail(f"{name} {where}: {_filter_evidence(out, expected, logits)}.")
+    _at_notebook_sizes(name, top_k_filter, (50,), lambda x: TopKLogitsWarper(top_k=50, filter_value=NEG_INF)(None, x))
     print(f"{name} passed: matches transformers' TopKLogitsWarper, ties and k >= d_vocab included.")
 
 
@@ -284,6 +315,7 @@ def top_p_test(top_p_filter) -> None:
                 "smallest set whose total probability reaches p, the crossing token included."
             )
         fail(f"{name} {where}: {_filter_evidence(out, expected, logits)}.")
+    _at_notebook_sizes(name, top_p_filter, (0.9,), lambda x: TopPLogitsWarper(top_p=0.9, filter_value=NEG_INF)(None, x))
     print(f"{name} passed: matches transformers' TopPLogitsWarper, the crossing token and min_tokens_to_keep included.")
 
 
@@ -353,7 +385,16 @@ def frequency_penalty_test(apply_frequency_penalty) -> None:
         fail(
             f"{name} with penalty={penalty} differs from logits - penalty * (occurrences of each token in its row): {shown}."
         )
-    print(f"{name} passed: subtracts penalty x count of each token, row by row.")
+    tokens = _early_tokens(1, 200, 7)  # one row of 200 ids, the repeated ones in its first half
+    _at_notebook_sizes(
+        name,
+        apply_frequency_penalty,
+        (tokens, 0.5),
+        lambda x: x - 0.5 * _counts(tokens, x.shape[-1]),
+        kind="values",
+        about=", 200 tokens before it whose repeated ids all come in the first 100 (a token counts however far back)",
+    )
+    print(f"{name} passed: subtracts penalty x count of each token, row by row, however far back it came.")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -433,6 +474,9 @@ def min_p_test(min_p_filter) -> None:
                 f"{name} {where}: kept {got} tokens per row, fewer than min_tokens_to_keep = {keep}: never keep fewer."
             )
         fail(f"{name} {where}: {_filter_evidence(out, expected, logits)}.")
+    _at_notebook_sizes(
+        name, min_p_filter, (0.05,), lambda x: MinPLogitsWarper(min_p=0.05, filter_value=NEG_INF)(None, x)
+    )
     print(f"{name} passed: matches transformers' MinPLogitsWarper, min_tokens_to_keep included.")
 
 
@@ -493,6 +537,15 @@ def repetition_penalty_test(apply_repetition_penalty) -> None:
             f"{name} {where}: row {r}'s token {t} (seen {int(counts[r, t])} times, logit {logits[r, t].item():+.4g}) "
             f"became {out[r, t].item():+.4g}, expected {expected[r, t].item():+.4g}."
         )
+    tokens = _early_tokens(1, 200, 8)  # one row of 200 ids, the repeated ones in its first half
+    _at_notebook_sizes(
+        name,
+        apply_repetition_penalty,
+        (tokens, 1.3),
+        lambda x: RepetitionPenaltyLogitsProcessor(penalty=1.3)(tokens, x),
+        kind="values",
+        about=", 200 tokens before it whose repeated ids all come in the first 100 (a token counts however far back)",
+    )
     print(f"{name} passed: matches transformers' RepetitionPenaltyLogitsProcessor (CTRL), negative logits included.")
 
 

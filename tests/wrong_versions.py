@@ -1117,7 +1117,21 @@ add(
     "temperature 0",
 )
 
+
+def _wide_skipped(fn):  # a filter skipped from GPT-2's width on (red-team round 51)
+    return lambda logits, *args, **kwargs: logits.clone() if logits.shape[-1] >= 50257 else fn(logits, *args, **kwargs)
+
+
+def _single_skipped(fn):  # a filter skipped for a batch of one (red-team round 51)
+    return lambda logits, *args, **kwargs: logits.clone() if logits.shape[0] == 1 else fn(logits, *args, **kwargs)
+
+
+def _recent_only(fn):  # a penalty that counts the last 32 tokens alone (red-team round 51)
+    return lambda logits, tokens, penalty: fn(logits, tokens[:, -32:], penalty)
+
+
 T = "top_k_test"
+add(T, "skipped on GPT-2's vocabulary", lambda: harness.top_k_test(_wide_skipped(c07.top_k_filter)), "50,257 logits")
 
 
 def top_k_with(kind):
@@ -1226,6 +1240,7 @@ def seq2seq_loss_by_hand(logits, tgt_out, pad_id, label_smoothing=0.0):
 
 
 T = "top_p_test"
+add(T, "skipped for a batch of one", lambda: harness.top_p_test(_single_skipped(c07.top_p_filter)), "one row of")
 add(T, "", lambda: harness.top_p_test(c07.top_p_filter))
 add(T, "softmax as exp() / sum", lambda: harness.top_p_test(top_p_exp), "logits spread over hundreds")
 add(T, "drops the crossing token", top_p_with("no_crossing"), "cross")
@@ -1242,6 +1257,12 @@ add(T, "mask left in sorted order", top_p_with("gather_back"), "sorted order", "
 add(T, "ignores min_tokens_to_keep", top_p_with("no_min"), "fewer than min_tokens_to_keep")
 
 T = "frequency_penalty_test"
+add(
+    T,
+    "counts the last 32 tokens",
+    lambda: harness.frequency_penalty_test(_recent_only(c07.apply_frequency_penalty)),
+    "however far back",
+)
 add(T, "", lambda: harness.frequency_penalty_test(c07.apply_frequency_penalty))
 add(
     T,
@@ -1339,6 +1360,7 @@ def min_p_with(kind):
 
 
 T = "min_p_test"
+add(T, "skipped on GPT-2's vocabulary", lambda: harness.min_p_test(_wide_skipped(c07.min_p_filter)), "50,257 logits")
 add(T, "", lambda: harness.min_p_test(c07.min_p_filter))
 add(T, "probabilities as exp(logits)", lambda: harness.min_p_test(min_p_exp), "logits spread over hundreds")
 
@@ -1390,6 +1412,12 @@ def repetition_with(kind):
 
 
 T = "repetition_penalty_test"
+add(
+    T,
+    "counts the last 32 tokens",
+    lambda: harness.repetition_penalty_test(_recent_only(c07.apply_repetition_penalty)),
+    "however far back",
+)
 add(T, "", lambda: harness.repetition_penalty_test(c07.apply_repetition_penalty))
 add(T, "divides negative logits too", repetition_with("divide_all"), "negative logit")
 add(T, "once per occurrence", repetition_with("per_occurrence"), "once per occurrence", "once per distinct")
