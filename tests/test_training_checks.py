@@ -233,37 +233,16 @@ def zero_grad_before_step(model, optimizer, train_windows, val_windows, step, ar
 
 
 def trains_on_validation(model, optimizer, train_windows, val_windows, step, args):
-    set_lr(optimizer, lr_at(step, args))
-    batch = batch_of(val_windows, args)
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-    optimizer.step()
-    return loss
+    return right_step_on(model, optimizer, batch_of(val_windows, args), step, args)
 
 
 def same_batch_every_step(model, optimizer, train_windows, val_windows, step, args):
-    set_lr(optimizer, lr_at(step, args))
-    batch = train_windows[: args.batch_size]
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-    optimizer.step()
-    return loss
+    return right_step_on(model, optimizer, train_windows[: args.batch_size], step, args)
 
 
 def windows_cut_to_even_length(model, optimizer, train_windows, val_windows, step, args):  # agreement sweep 19
-    set_lr(optimizer, lr_at(step, args))
     batch = batch_of(train_windows, args)
-    batch = batch[:, : batch.shape[1] // 2 * 2]
-    loss = lm_cross_entropy(model(batch), batch)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-    optimizer.step()
-    return loss
+    return right_step_on(model, optimizer, batch[:, : batch.shape[1] // 2 * 2], step, args)
 
 
 def no_step(model, optimizer, train_windows, val_windows, step, args):
