@@ -905,6 +905,25 @@ def sample_next_token_test(sample_next_token) -> None:
         )
     # Logits spread over hundreds: every row's top token holds all but about e^-50 of the probability
     peaked = _logits(17, batch=64, d_vocab=12, scale=100.0)
+    # One row at a time, as a prompt alone is sampled: 600 calls of a batch of one, each with a generator seeded apart
+    # (TV past 0.15 by chance: at most 2^12 exp(-2 * 600 * 0.15^2) ~ 8e-9); a sampler special to one row passed
+    # every batched call above (red-team round 51)
+    alone = torch.cat(
+        [
+            as_tensor_output(
+                _kcall(sample_next_token, rows[:1].clone(), history[:1].clone(), **settings,
+                       generator=torch.Generator().manual_seed(1000 + i), what=f"{name}(one row, ...)"),
+                name,
+            ).reshape(-1)
+            for i in range(600)
+        ]
+    )  # fmt: skip
+    alone_tv = tv(torch.bincount(alone.long(), minlength=12).float() / len(alone), expected[0])
+    if len(alone) != 600 or alone_tv > 0.15:
+        fail(
+            f"{name} on a batch of one row, 600 calls, where the same row in a batch of {3 * n} was right: the draws "
+            f"are {alone_tv:.3f} from the row's distribution in total variation (0.15 allowed)."
+        )
     peaked = peaked.scatter(-1, peaked.argmax(-1, keepdim=True), peaked.amax(-1, keepdim=True) + 50.0)
     what = f"{name}(logits spread over hundreds, temperature=1.0)"
     try:

@@ -1453,8 +1453,15 @@ def sample_with(kind):
     return lambda: harness.sample_next_token_test(fn)
 
 
+def sample_greedy_alone(logits, tokens, **options):  # greedy on a batch of one (red-team round 51)
+    if logits.shape[0] == 1:
+        return logits.argmax(dim=-1)
+    return c07.sample_next_token(logits, tokens, **options)
+
+
 T = "sample_next_token_test"
 add(T, "", lambda: harness.sample_next_token_test(c07.sample_next_token))
+add(T, "greedy on a batch of one", lambda: harness.sample_next_token_test(sample_greedy_alone), "a batch of one row")
 add(T, "draws from exp(logits)", lambda: harness.sample_next_token_test(sample_exp), "logits spread over hundreds")
 add(
     T,
