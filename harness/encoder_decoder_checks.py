@@ -973,15 +973,17 @@ def encoder_decoder_test(EncoderDecoder) -> None:
 
 
 def _long_batch(make_batch, cfg, name: str) -> None:
-    """Four rows up to 13 ids long, the longest inside the batch, once three short rows were right: every length is padded to
+    """Four rows up to 70 ids long, the longest inside the batch, once three short rows were right: every length is padded to
     the batch's longest (targets cut at 8, and a width taken from the first row, passed the short rows: sweep 19)."""
     ordinary = [t for t in range(cfg.d_vocab) if t not in (cfg.pad_id, cfg.bos_id, cfg.eos_id)]
-    sources = [[ordinary[(3 * i + j) % len(ordinary)] for j in range(n)] for i, n in enumerate((2, 13, 1, 10))]
-    targets = [[ordinary[(5 * i + j) % len(ordinary)] for j in range(n)] for i, n in enumerate((3, 12, 1, 9))]
+    # past 64 ids too (a batch cut at 64 passed: red-team round 51)
+    src_lengths, tgt_lengths = (2, 70, 1, 10), (3, 69, 1, 9)
+    sources = [[ordinary[(3 * i + j) % len(ordinary)] for j in range(n)] for i, n in enumerate(src_lengths)]
+    targets = [[ordinary[(5 * i + j) % len(ordinary)] for j in range(n)] for i, n in enumerate(tgt_lengths)]
     P, B, E = cfg.pad_id, cfg.bos_id, cfg.eos_id
     width = max(len(t) for t in targets) + 1
     want = (
-        [s + [P] * (13 - len(s)) for s in sources],
+        [s + [P] * (max(src_lengths) - len(s)) for s in sources],
         [[B, *t] + [P] * (width - 1 - len(t)) for t in targets],
         [[*t, E] + [P] * (width - 1 - len(t)) for t in targets],
     )
@@ -990,7 +992,7 @@ def _long_batch(make_batch, cfg, name: str) -> None:
         got = as_tensor_output(value, f"{name}'s {key}").tolist()
         if got != due:
             fail(
-                f"{name} on four rows, sources of lengths [2, 13, 1, 10] and targets of [3, 12, 1, 9], where three "
+                f"{name} on four rows, sources of lengths {list(src_lengths)} and targets of {list(tgt_lengths)}, where three "
                 f"short rows were right: {key} has {len(got[0]) if got else 0} columns where {len(due[0])} are due, "
                 f"or other ids ({key} row 0 {got[0] if got else []}, due {due[0]}): pad every row to the batch's "
                 "longest, with nothing cut."

@@ -829,6 +829,18 @@ def _masked_loss_test(masked_lm_loss) -> None:
         )  # the logits predicting no answer token
         if leaf.grad is None or leaf.grad[unmasked].abs().max() > 0:
             fail(f"{name}'s gradient reaches logits whose next token is not masked: they must not affect the loss.")
+    # 40 rows, past a cap a learner may write in (the first 16 rows alone passed four rows: red-team round 51)
+    gen = torch.Generator().manual_seed(4)
+    logits, tokens = 2.0 * torch.randn(40, 9, 11, generator=gen), torch.randint(0, 11, (40, 9), generator=gen)
+    mask = torch.arange(9)[None, :] >= torch.randint(1, 9, (40, 1), generator=gen)
+    leaf = logits.clone().requires_grad_(True)
+    value = _scalar_loss(call(masked_lm_loss, leaf, tokens.clone(), mask.clone(), what=name), name).item()
+    expected = _masked(_nll(logits, tokens), mask[:, 1:].double())
+    if not _close(value, expected):
+        fail(
+            f"{name} on a batch of 40 rows, where batches of 4 were right, returned {value:.6f}, expected "
+            f"{expected:.6f}: every row of the batch counts."
+        )
     print(
         f"{name} passed: the mean next-token loss over the masked tokens only, with rows of different answer lengths."
     )

@@ -2516,6 +2516,8 @@ def make_batch_with(kind):
     def fn(sources, targets, cfg):
         def pad(rows, left=False):
             w = max(len(r) for r in rows)
+            if kind == "cap_64":  # rows cut at 64 ids (red-team round 51)
+                w, rows = min(w, 64), [r[:64] for r in rows]
             return torch.tensor(
                 [([cfg.pad_id] * (w - len(r)) + r) if left else (r + [cfg.pad_id] * (w - len(r))) for r in rows]
             )
@@ -2554,6 +2556,7 @@ T = "make_batch_test"
 add(T, "", lambda: harness.make_batch_test(c09.make_batch))
 add(T, "tgt_in and tgt_out swapped", make_batch_with("swap"), "swap")
 add(T, "left padding", make_batch_with("left"), "on the left")
+add(T, "rows cut at 64 ids", make_batch_with("cap_64"), "with nothing cut")
 add(T, "BOS and EOS in both", make_batch_with("both"), "not shifted")
 add(T, "targets cut to 8 ids", make_batch_with("cut_at_8"), "the batch's longest")
 add(T, "width of the first and last rows", make_batch_with("width_of_ends"), "the batch's longest")
@@ -2658,6 +2661,13 @@ for fn, phrase in [
 ]:
     add("masked_loss_test", fn.__name__, lambda fn=fn: harness.masked_loss_test(fn), phrase)
 add("masked_loss_test", "", lambda: harness.masked_loss_test(c06.masked_lm_loss))
+
+
+def masked_first_16_rows(logits, tokens, loss_mask):  # rows past 16 left out (red-team round 51)
+    return c06.masked_lm_loss(logits[:16], tokens[:16], loss_mask[:16])
+
+
+add("masked_loss_test", "the first 16 rows alone", lambda: harness.masked_loss_test(masked_first_16_rows), "40 rows")
 for mistake, phrase in [
     ("from_zero", "warms up from 0"),
     ("to_zero", "decays to 0"),
