@@ -966,7 +966,9 @@ def _decay_probe_model() -> nn.Module:
     from harness.config import Config
     from harness.course import components
 
-    cfg = Config(d_model=16, n_layers=2, n_heads=2, d_head=8, d_mlp=32, n_ctx=8, d_vocab=50)
+    # GPT-2's 12 layers, at a tiny width: a rule that stops at some block shows (blocks from the fourth on left out of
+    # decay passed two layers: red-team round 51)
+    cfg = Config(d_model=16, n_layers=12, n_heads=2, d_head=8, d_mlp=32, n_ctx=8, d_vocab=50)
     torch.manual_seed(0)
     return components("05_full_gpt2").DemoTransformer(cfg)
 

@@ -2710,6 +2710,22 @@ def groups_by_name(model, weight_decay):
 
 
 add("weight_decay_groups_test", "", lambda: harness.weight_decay_groups_test(groups_by_name))
+
+
+def groups_first_four_blocks(model, weight_decay):  # blocks from the fourth on left out of decay (red-team round 51)
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        late = name.startswith("blocks.") and int(name.split(".")[1]) >= 4
+        (decay if param.ndim >= 2 and not name.endswith(("W_E", "W_pos")) and not late else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+add(
+    "weight_decay_groups_test",
+    "blocks past the fourth left out",
+    lambda: harness.weight_decay_groups_test(groups_first_four_blocks),
+    "Matrices are not decayed",
+)
 for fn, phrase in [
     (t06.no_zero_grad, "previous step's gradients"),
     (t06.no_clipping, "not clipped"),
