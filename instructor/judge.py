@@ -2079,9 +2079,11 @@ def _random_input(kind: str, shape: tuple[int, ...], cfg: dict, gen):
         return mask
     if kind == "padding":  # True = padding, at the end of a row; the first position is never padding
         lengths = torch.randint(1, shape[1] + 1, (shape[0],), generator=gen)
-        # the first row whole, but where it is the only one: a batch of one padded too (code that skipped the mask for
-        # a batch of one passed while no row alone was ever padded: red-team round 51)
-        lengths[0] = shape[1] if shape[0] > 1 or shape[1] == 1 else int(torch.randint(1, shape[1], (), generator=gen))
+        # the first row whole, but where it is the only one: a batch of one padded too, two positions or more left
+        # real (code that skipped the mask for a batch of one passed while no row alone was ever padded: red-team
+        # round 51; with one real key left, every query's softmax is 1 whatever the scores' scale)
+        alone = shape[0] == 1 and shape[1] >= 3
+        lengths[0] = int(torch.randint(2, shape[1], (), generator=gen)) if alone else shape[1]
         return torch.arange(shape[1])[None, :] >= lengths[:, None]
     values = torch.randn(shape, generator=gen)
     if kind == "softmax":
@@ -3711,6 +3713,9 @@ def _compare_cached(probe: Probe, got: dict, expected: dict) -> str | None:
             "was kept from the first call (the cache?). Start every call with an empty cache."
         )
     seen, due = got["positions"].reshape(-1, 2).tolist(), expected["positions"].reshape(-1, 2).tolist()
+    # a forward of no new token feeds no position (a prompt fed in two parts, all but its last token first, feeds
+    # none first where the prompt is one token long)
+    seen = [(past, new) for past, new in seen if new > 0]
     calls, fresh = sum(past == 0 for past, _ in due), sum(past == 0 for past, _ in seen)
     if not seen:
         return "never ran the model: the judge records the positions each forward feeds it"
