@@ -121,13 +121,15 @@ def _live(cells: list, trees: dict, budget: _Budget) -> set[int]:
     )
     made_from: dict[str, set[str]] = {}  # a name -> the names its value was made from (an alias may share them)
     info = {}  # cell -> (ours, what it may change, its top-level reads, its functions' and classes' reads)
+    constants = _constant_names(trees)
+    libraries = modules | _library_names(cells, trees) | constants  # what nothing made from them can change
     for i, tree in trees.items():
         dynamic = _dynamic(tree)
         if dynamic == "inside":  # a function that reads or binds names dynamically may run after any cell
             return set(trees)
-        _derivations(tree, modules, made_from, budget)
+        _derivations(tree, libraries, made_from, budget)
         ours = cells[i].metadata.get(GIVEN) is True and not _is_grade(cells[i])
-        info[i] = (ours, _binds(tree) | _changes(tree, modules), *_reads(tree), dynamic is not None)
+        info[i] = (ours, _binds(tree) | (_changes(tree, modules) - constants), *_reads(tree), dynamic is not None)
     runs: set[int] = set()
     while True:  # the least set that needs nothing more: each round only adds cells (their bodies' reads)
         needed = set().union(*(info[i][3] for i in runs))
@@ -141,6 +143,50 @@ def _live(cells: list, trees: dict, budget: _Budget) -> set[int]:
         if now == runs:
             return runs
         runs = now
+
+
+def _library_names(cells: list, trees: dict) -> frozenset[str]:
+    """Names the course's own cells import from a library (`from harness import Config`) and no cell binds any other
+    way: a library's classes and functions, which what is made from them does not share (`cfg =
+    Config.from_reference(reference)` is an instance, as `Config(...)` is). Counted as sources, they made every cell
+    that calls the learner's code on a model (a model made from `cfg`) one that may change `Config`, which every
+    later class reads in its annotations: 07's demonstrations, 10 s of its nbgrader run, all ran (measured)."""
+    imported, bound = set(), set()
+    for i, tree in trees.items():
+        ours = cells[i].metadata.get(GIVEN) is True and not _is_grade(cells[i])
+        for node in _top_level(tree):
+            if isinstance(node, ast.ImportFrom) and ours:
+                imported |= {a.asname or a.name for a in node.names}
+        others = [stmt for stmt in tree.body if not isinstance(stmt, ast.ImportFrom)]
+        bound |= _binds(ast.Module(body=others, type_ignores=[]))
+        if not ours:
+            bound |= _binds(tree)
+    return frozenset(imported - bound - {"*"})
+
+
+def _constant_names(trees: dict) -> frozenset[str]:
+    """Names every cell binds only to a number, a string or a tuple of them (`EOT = 50256`): no call changes such a
+    value, so a cell that passes it to one (`generate(model, p, n, eos_token_id=EOT)`) does not change it. Counted,
+    that made every such demonstration one that changes what the learner's functions read as defaults."""
+    constant, other = set(), set()
+    for tree in trees.values():
+        rest = []
+        for stmt in tree.body:
+            names = isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets)
+            if names and _immutable(stmt.value):
+                constant |= {t.id for t in stmt.targets}
+                continue
+            rest.append(stmt)
+        other |= _binds(ast.Module(body=rest, type_ignores=[]))
+    return frozenset(constant - other)
+
+
+def _immutable(value: ast.AST) -> bool:
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.USub, ast.UAdd)):
+        value = value.operand
+    if isinstance(value, ast.Tuple):
+        return all(map(_immutable, value.elts))
+    return isinstance(value, ast.Constant) and not isinstance(value.value, bytes) or False
 
 
 def _with_sources(names: set[str], made_from: dict[str, set[str]], budget: _Budget) -> set[str]:
@@ -322,12 +368,15 @@ def _changes(tree: ast.Module, modules: frozenset[str]) -> set[str]:
             pure = pure or isinstance(func, ast.Name) and func.id in _BUILTINS
             if not pure:
                 out |= {_root_name(a) for a in [*node.args, *(k.value for k in node.keywords)]} - modules
-                if isinstance(func, ast.Attribute):
-                    out.add(root)
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if isinstance(func, ast.Attribute):  # what it is called on: `model.eval()` changes `model`;
+                    # `Model(cfg).eval()` a new model, made from `cfg` (as `_derivations` has it), not the class
+                    out |= _aliased(func.value) - modules
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             if any(not isinstance(t, ast.Name) and _root_name(t) in modules for t in targets):
                 out.add(SETTINGS)  # `torch.backends.cudnn.deterministic = True`, `plt.rcParams[k] = v`
+            # `model.weight = w`, `table[k] = v`, `del model.scale`: the object they are set on changes
+            out |= {_root_name(t) for t in targets if isinstance(t, (ast.Attribute, ast.Subscript))}
     out.discard(None)
     return out
 

@@ -934,16 +934,51 @@ def _run_one(probe: dict, namespace: dict, tensors: dict) -> dict:
     if calls:
         if not (isinstance(calls, list) and all(type(rows) is int and rows > 0 for rows in calls)):
             raise ProbeError("the judge sent calls that are not counts of rows")  # the judge's own mistake
-        parts = [_run_one(_chunk(probe, c, rows), namespace, tensors) for c, rows in enumerate(calls)]
+        parts = []
+        for group in _record_groups(calls):
+            made = [_call_of(_chunk(probe, c, calls[c]), namespace, tensors) for c in group]
+            # a default, not functools.partial: learner code may have rebound a module's names, not this lambda's
+            results = _call_watching(probe["target"], lambda made=made: _each(made), _rules(probe))
+            parts += [_read(probe, result) for result in results]
         return _joined(probe["target"], parts, calls)
-    return _run_whole(probe, namespace, tensors)
+    return _read(probe, _call_watching(probe["target"], _call_of(probe, namespace, tensors), _rules(probe)))
+
+
+def _each(calls: list) -> list:
+    return [call() for call in calls]
+
+
+def _record_groups(calls: list[int]) -> list[list[int]]:
+    """The calls (their indices) that one record watches together: consecutive ones, as many as make no more rows
+    than the largest call alone. A record costs about 5 ms to start and end whatever it holds, and 07's calls of one
+    row were 1,700 records of under 3,000 events (8 s of the notebook's probes, measured); a record over the largest
+    call's rows would hold more than one call ever makes (`_chunk`)."""
+    budget, groups, rows = max(calls), [], 0
+    for c, n in enumerate(calls):
+        if groups and rows + n <= budget:
+            groups[-1].append(c)
+            rows += n
+        else:
+            groups.append([c])
+            rows = n
+    return groups
+
+
+def _rules(probe: dict) -> tuple:
+    return tuple(probe.get("forbidden_ops", ()))
+
+
+def _read(probe: dict, result) -> dict:
+    if type(result) is not dict or any(type(value) is not tuple for value in result.values()):
+        raise ProbeError(f"{probe['target']}'s outputs were not read as plain tensors")
+    return result
 
 
 def _chunk(probe: dict, c: int, rows: int) -> dict:
     """Call `c` of a sampling probe cut in calls (`judge.SAMPLE_CALLS`): `rows` of its rows, its generator seeded
-    apart for each call, so that the calls' draws are independent. Each call is recorded on its own: the record keeps
-    every operator it sees, and an honest sampler that loops over 8,000 rows in Python ran millions of them in one
-    call, past the child's memory (red-team rounds 22 and 27). Some calls are of a few rows, as in practice (a
+    apart for each call, so that the calls' draws are independent. No record watches more rows than one call has
+    (`_record_groups`): the record keeps every operator it sees, and an honest sampler that loops over 8,000 rows in
+    Python ran millions of them in one call, past the child's memory (red-team rounds 22 and 27). Some calls are of a few rows, as in practice (a
     sampler greedy on fewer than 64 rows passed while every call was of 500: red-team round 29)."""
     args = []
     for spec in probe["args"]:
@@ -974,7 +1009,9 @@ def _joined(target: str, parts: list[dict], calls: list[int]) -> dict:
     return joined
 
 
-def _run_whole(probe: dict, namespace: dict, tensors: dict) -> dict:
+def _call_of(probe: dict, namespace: dict, tensors: dict):
+    """The probe's call, to be made inside the record (`_call_watching`): the learner's code run on the judge's
+    arguments, made here, and its outputs read down to frozen plain tensors (`_frozen`)."""
     import torch
 
     target = namespace.get(probe["target"])
@@ -1082,10 +1119,7 @@ def _run_whole(probe: dict, namespace: dict, tensors: dict) -> dict:
         # record had ended, and scored full marks)
         return _frozen(result)
 
-    result = _call_watching(probe["target"], call, tuple(probe.get("forbidden_ops", ())))
-    if type(result) is not dict or any(type(value) is not tuple for value in result.values()):
-        raise ProbeError(f"{probe['target']}'s outputs were not read as plain tensors")
-    return result
+    return call
 
 
 def build_module(name: str, target, spec: dict, tensors: dict):
@@ -2282,11 +2316,12 @@ class RecordUnreadable(Exception):
     """The profiler's events could not be read: the probe is run again (`run_probes`)."""
 
 
-def _record(call):
+def _record(call, python: bool = True):
     """`call()`'s result and the names of everything the profiler recorded while it ran: operators in every thread,
-    Python functions in this one (a thread's are withdrawn for it as for this one: `withdraw_python`). Code of the learner's that
-    replaces the profiler's Python tracer (`cProfile` around a loop) is not refused: the record is a second line."""
-    with _PROFILE(activities=[_CPU], with_stack=True, experimental_config=_ALL_THREADS) as record:
+    and with `python`, Python functions in this one (a thread's are withdrawn for it as for this one:
+    `withdraw_python`). Code of the learner's that replaces the profiler's Python tracer (`cProfile` around a loop)
+    is not refused: the record is a second line."""
+    with _PROFILE(activities=[_CPU], with_stack=python, experimental_config=_ALL_THREADS) as record:
         out = call()
     try:
         # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
@@ -2345,14 +2380,35 @@ def _custom_ops() -> tuple[dict, tuple[str, str]]:
     return OPDEFS, (folder + os.sep, os.path.realpath(folder) + os.sep)  # as imported, and where it lies
 
 
+_VERDICTS: dict = {}  # rules -> {event name -> whether a rule forbids it}
+# The `py:` rules whose functions `withdraw_python` has withdrawn from this process for good (one set, which the
+# sealed runner shares: a phase withdraws its rules after the runner was sealed)
+_PY_WITHDRAWN: set = set()
+
+
+def _hit(event: str, forbidden: tuple[str, ...], seen: dict) -> bool:
+    hit = seen.get(event)
+    if hit is None:
+        hit = seen[event] = any(_is_event_of(rule, event) for rule in forbidden)
+    return hit
+
+
 def _call_watching(target: str, call, forbidden: tuple[str, ...]):
     """`call()`'s result, refused if an operator the exercise forbids ran in it, whatever name reached it
     (`F.layer_norm`, `torch.native_layer_norm`, `torch.ops.aten...`, a module that wraps it): the profiler records
     every operator at PyTorch's dispatcher, the composite ones and what they turn into alike, and every Python
     function with its file. `forbidden` holds rules (`_forbids`). In the probe child this is a second line: what
     the rules name is already out of the process (`take_out_operators`)."""
-    out, ran = _record(call)
-    hits = sorted(n for n in ran if any(_is_event_of(rule, n) for rule in forbidden))
+    # Python functions recorded only for rules whose code is still in this process: the probe child has withdrawn
+    # every one its probes forbid (`withdraw_python`), so there a function under a rule cannot run at all and its
+    # record would add nothing. The Python tracer doubled 08's probes (TransformerLens's hooks: 25 s against 12 s,
+    # measured); it stays wherever nothing was withdrawn (the judge's tests, a probe run unsandboxed)
+    python = any(rule.startswith("py:") and rule not in _PY_WITHDRAWN for rule in forbidden)
+    out, ran = _record(call, python)
+    # each name's verdict once per set of rules: matching every event against every rule took a third of 07's
+    # probe time (1,800 records of up to 357,000 events, measured with py-spy)
+    seen = _VERDICTS.setdefault(forbidden, {})
+    hits = sorted(n for n in ran if _hit(n, forbidden, seen))
     if hits:
         more = f" and {len(hits) - 2} more" if len(hits) > 2 else ""
         raise ProbeError(
@@ -2633,6 +2689,7 @@ def sealed_run_probes():
     # what learner code does to the module's own tables changes nothing here
     private["_FILE_PATHS"] = dict(_FILE_PATHS)
     private["_UNDER"] = {path: tuple(functions) for path, functions in _UNDER.items()}
+    private["_LATE"], private["_VERDICTS"] = dict(_LATE), {}  # the record's memory of verdicts, out of reach
     return private["run_probes"]
 
 
@@ -2903,4 +2960,5 @@ def withdraw_python(rules) -> int:
             raise RuntimeError(f"this exercise forbids running {args[0].co_filename}: the judge took it out")
 
     sys.addaudithook(hook)
+    _PY_WITHDRAWN.update(parts)
     return len(found)

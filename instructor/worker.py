@@ -239,6 +239,12 @@ class Worker:
             config.KernelManager.ip = ipc
         self.api = NbGraderAPI(config=config)
         self.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
+        try:  # what every feedback page's child would load and compile for itself, once here (`warm_feedback`)
+            from instructor.offline_html import warm_feedback
+
+            warm_feedback(self.api)
+        except Exception:  # noqa: BLE001, S110 - a page's child then does it itself, as before
+            pass
 
     def _paths(self, student: str, notebook: str, folder: str) -> Path:
         return self.root / folder / student / notebook

@@ -1190,6 +1190,24 @@ def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs(
         "import __main__\n    return __main__.late",
     ):
         assert _skipped(("learner", f"def f():\n    {body}"), ("given", "late = 2"), ("test", "check(f)")) == []
+    # an attribute or item set, or deleted, in a cell of its own changes the object (these ran nowhere before)
+    for change in ("model.weight = None", "model.weight[0] = 1.0", "del model.bias", "table['n'] = 4"):
+        cells = [("given", "import torch\nmodel = torch.nn.Linear(2, 2)\ntable = {}"), ("given", change)]
+        assert _skipped(*cells, ("test", "check(model, table)")) == [], change
+    # what no call can change: a number bound once (`EOT = 50256`) passed to the learner's function, a library's
+    # class whose method made an object (`Config.from_reference(...)`), a class called to make a new model. 07's
+    # demonstrations all ran for these three, 10 s of its run
+    setup = "import torch\nfrom lib import Config\nEOT = 2\ncfg = Config.make(3)\nmodel = Model(cfg).eval()"
+    learner = "class Mine(Model):\n    def forward(self, x, c: Config, eos=EOT):\n        return x"
+    for demo in ("generate(model, eos_token_id=EOT)", "cached = Model(cfg).eval()\ncached(torch.ones(2))"):
+        cells = [("given", setup), ("learner", learner), ("given", demo), ("test", "check(Mine)")]
+        assert _skipped(*cells) == [2], demo
+    # ... but a name bound to anything else anywhere is not such a number, and one a learner's cell binds is theirs
+    for other in ("EOT = [2]", "for EOT in range(3):\n    pass", "from lib import EOT"):
+        cells = [("given", setup), ("given", other), ("learner", learner), ("given", "generate(model, EOT)")]
+        assert 3 not in _skipped(*cells, ("test", "check(Mine)")), other
+    cells = [("given", setup), ("learner", "Config = dict(Config.__dict__)\n" + learner), ("given", "cfg.n = 2")]
+    assert _skipped(*cells, ("test", "check(Mine)")) == [], "a name the learner binds"
     # a cell too deep for the analysis leaves nothing out
     assert _skipped(("given", "unused = 1"), ("learner", "x = " + "1 + " * 600 + "1"), ("test", "check()")) == []
 

@@ -3521,8 +3521,8 @@ def test_a_right_random_draw_passes_the_segment_rules_every_time():
 
 
 def test_a_sampling_probe_calls_the_sampler_on_a_few_hundred_rows_at_a_time(tmp_path):
-    """The judge's 8,000 draws come from the calls of SAMPLE_CALLS, each recorded on its own: the record keeps every
-    operator it sees, and an honest sampler looping over 8,000 rows in Python ran past the child's memory in one
+    """The judge's 8,000 draws come from the calls of SAMPLE_CALLS, no record over more rows than one call: the record
+    keeps every operator it sees, and an honest sampler looping over 8,000 rows in Python ran past the child's memory in one
     call (red-team rounds 22 and 27). Some calls are of a few rows (a sampler greedy below 64 rows passed while every
     call was of 500: red-team round 29)."""
     namespace = course_as_learner("07_sampling_and_kv_cache")
@@ -3536,6 +3536,40 @@ def test_a_sampling_probe_calls_the_sampler_on_a_few_hundred_rows_at_a_time(tmp_
     verdict = verdict_of("07_sampling_and_kv_cache", "test_sample_next_token", namespace, tmp_path)
     assert verdict["passed"], verdict
     assert set(rows) == set(judge.SAMPLE_CALLS), sorted(set(rows))
+
+
+def test_a_record_watches_consecutive_calls_of_no_more_rows_than_the_largest_call():
+    """One record over several calls of a few rows (starting and ending a record costs about 5 ms, and 07's calls of
+    one row were 1,700 of them), never more rows than one call has: an honest sampler looping in Python over every
+    row it is given ran past the child's memory in a record of 8,000 rows (red-team rounds 22 and 27)."""
+    from instructor.probe_runner import _record_groups
+
+    calls = list(judge.SAMPLE_CALLS)
+    groups = _record_groups(calls)
+    assert [c for group in groups for c in group] == list(range(len(calls)))  # every call once, in order
+    assert all(sum(calls[c] for c in group) <= max(calls) for group in groups)
+    assert len(groups) <= 1 + calls.count(max(calls))  # the calls of a few rows share one record
+    assert _record_groups([3, 5, 2, 7]) == [[0], [1, 2], [3]]
+
+
+def test_a_forbidden_call_inside_a_shared_record_is_named(tmp_path):
+    """A record shared by calls of a few rows still refuses what any one of them ran: here the calls from the fourth
+    on (calls of one row) run the course's own answer (from every call on, as a record whose names cannot be read is
+    made again, calls and all)."""
+    namespace = course_as_learner("07_sampling_and_kv_cache")
+    right, seen = namespace["sample_next_token"], []
+
+    def sample_next_token(logits, tokens, **options):
+        seen.append(1)
+        if len(seen) >= 4:
+            from harness import components
+
+            return components("07_sampling_and_kv_cache").sample_next_token(logits, tokens, **options)
+        return right(logits, tokens, **options)
+
+    namespace["sample_next_token"] = sample_next_token
+    verdict = verdict_of("07_sampling_and_kv_cache", "test_sample_next_token", namespace, tmp_path)
+    assert not verdict["passed"] and "solutions/07_sampling_and_kv_cache.ipynb" in verdict["message"], verdict
 
 
 def test_a_scalars_message_shows_its_inputs_and_a_groups_message_names_its_parameters(tmp_path):
