@@ -87,6 +87,16 @@ def _hooked_gpt2():
 
 
 @functools.cache
+def _hooked_deep_gpt2():
+    """The small course model with GPT-2's 12 layers, random weights."""
+    from harness.course import components
+
+    model = components("08_interpretability").DemoTransformer(Config(**{**_SMALL.__dict__, "n_layers": 12}))
+    _randomise(model, 2)
+    return _hooked(model.eval())
+
+
+@functools.cache
 def _hooked_attn_only():
     return _hooked(_course_models()[1])
 
@@ -331,6 +341,24 @@ def cache_activations_test(cache_activations) -> None:
 # Head detectors on crafted patterns
 
 
+def _right_at_size(name: str, got, expected, right_at: str, wrong_at: str, judged: str) -> None:
+    """Fails unless `got` matches `expected` at a larger size than the check's first one: the judge draws such sizes
+    (a number of rows, positions or layers written into the code passed the first size alone: red-team round 51).
+    The message says what was seen at each size, not why."""
+    got = as_tensor_output(got, name)
+    if tuple(got.shape) == tuple(expected.shape) and _close(got, expected):
+        return
+    seen = (
+        f"shape {list(got.shape)} where {list(expected.shape)} is due"
+        if tuple(got.shape) != tuple(expected.shape)
+        else mismatch_summary(got, expected, 1e-4, 1e-4)
+    )
+    fail(
+        f"{name} is right {right_at} and differs {wrong_at} ({seen}). The judge draws {judged}: look for a size "
+        "written into your code, or a loop or slice that stops early."
+    )
+
+
 def _crafted_patterns(batch: int, n_pos: int, seed: int, stripes: list[int | str]) -> Tensor:
     """One head per entry: an int k puts 0.9 of each query's weight on key q-k (when it exists), 'first' on key 0,
     'uniform' spreads it evenly, 'random' is a random causal softmax. The rest is spread over the other keys."""
@@ -439,7 +467,17 @@ def head_detector_test(head_detector_scores) -> None:
                 f"{list(got.shape)}, expected [1] = {[round(v, 3) for v in want.tolist()]}: reduce the axes by "
                 f"position ({squeeze})."
             )
-    print(f"{name} passed: previous-, current- and first-token scores match on crafted heads, query 0 left out.")
+    rows = 20  # the judge draws 17 to 40 rows as well as a few
+    many = _crafted_patterns(rows, 9, 11, [1, 0, "first", "uniform", "random"])
+    out = call(head_detector_scores, many.clone(), what=f"{name}(pattern)")
+    want = _detector_oracle(many)
+    for key in ("previous", "current", "first"):
+        got = out.get(key) if isinstance(out, dict) else None
+        _right_at_size(f"{name}(...)['{key}']", got, want[key], "on 3 rows", f"on {rows}", "17 to 40 rows too")
+    print(
+        f"{name} passed: previous-, current- and first-token scores match on crafted heads, query 0 left out, on 3 "
+        f"rows and on {rows}."
+    )
 
 
 def _induction_oracle(pattern: Tensor, offset: int, seq_len: int) -> Tensor:
@@ -476,9 +514,14 @@ def induction_score_test(induction_scores) -> None:
                 f"{[round(v, 3) for v in want.tolist()]}, while seq_len = {seq_len} was right: the stripe's offset "
                 "(seq_len - 1) and the queries averaged (the last seq_len) must follow the seq_len argument."
             )
+        long = 60  # the judge repeats sequences of 51 to 100 tokens as well as short ones
+        pattern = _crafted_patterns(2, 1 + 2 * long, 9, [long - 1, long, 1, "uniform", "random"])
+        again = call(induction_scores, pattern.clone(), long, what=f"{name}(pattern, {long})")
+        right = f"for seq_len = {seq_len} and {other}"
+        _right_at_size(name, again, _induction_oracle(pattern, long - 1, long), right, f"for {long}", "51 to 100 too")
         print(
             f"{name} passed: scores the induction stripe (offset seq_len - 1) over the second copy's queries only, "
-            f"for seq_len = {seq_len} and {other}."
+            f"for seq_len = {seq_len}, {other} and {long}."
         )
         return
     variants = {
@@ -736,8 +779,15 @@ def mean_ablation_test(mean_ablate_heads) -> None:
         fail(
             f"{call_text}'s logits differ from run_with_hooks' with those heads mean-ablated: {mismatch_summary(got, expected, 1e-4, 1e-4)}."
         )
+    rows = 20  # the judge draws 17 to 40 rows as well as a few
+    tokens = _tokens(8, batch=rows, pos=6)
+    with torch.no_grad():
+        out = call(mean_ablate_heads, hooked, tokens, 1, [2], what=f"{name}(model, tokens, layer=1, heads=[2])")
+    _no_hook_points_left(hooked, name, "later calls would still be ablated")
+    _right_at_size(name, out, _ablated(hooked, tokens, 1, [2], "mean"), "on 4 rows", f"on {rows}", "17 to 40 rows too")
     print(
-        f"{name} passed: matches run_with_hooks with the heads' z replaced by its mean over the batch (one head, and two at once)."
+        f"{name} passed: matches run_with_hooks with the heads' z replaced by its mean over the batch (one head, and "
+        f"two at once; on 4 rows and on {rows})."
     )
 
 
@@ -801,8 +851,17 @@ def logit_lens_test(logit_lens) -> None:
     if _close(got, expected, atol=1e-3):
         if not _close(got[-1], logits, atol=1e-3):
             fail(f"{name}'s last readout differs from the model's logits.")
+        deep = _hooked_deep_gpt2()  # GPT-2's 12 layers, as the judge draws them too
+        tokens = _tokens(12, batch=2, pos=5)
+        _, deep_cache = _run_with_cache(deep, tokens)
+        with torch.no_grad():
+            again = call(logit_lens, deep, deep_cache, what=f"{name}(model, cache)")
+        layers = deep.cfg.n_layers
+        wrong = f"on {layers} layers"
+        _right_at_size(name, again, _lens_oracle(deep, deep_cache), f"on {n} layers", wrong, "GPT-2's 12 layers too")
         print(
-            f"{name} passed: each residual stream through ln_final and the unembedding; the last one is the model's logits."
+            f"{name} passed: each residual stream through ln_final and the unembedding, on {n} layers and on {layers}; "
+            "the last one is the model's logits."
         )
         return
     variants = {

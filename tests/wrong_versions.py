@@ -1966,6 +1966,14 @@ add(T, "sums instead of means", head_detector_with("sum"), "summed where the mea
 add(T, "a bare squeeze", head_detector_with("squeeze"), "bare .squeeze()")
 
 
+def head_detector_first_rows(pattern):
+    """Right on up to 16 rows: the mean taken over the first 16 only (red-team round 51, in the judge)."""
+    return c08.head_detector_scores(pattern[:16])
+
+
+add(T, "the first 16 rows only", lambda: harness.head_detector_test(head_detector_first_rows), "differs on 20")
+
+
 def induction_with(kind):
     def fn(pattern, seq_len):
         off = {"off_by_one": seq_len, "seq_len_minus": seq_len - 1}.get(kind, seq_len - 1)
@@ -1989,6 +1997,15 @@ add(
     "itself",
 )
 add(T, "mean over the whole stripe", induction_with("all"), "second copy", "first copy")
+
+
+def induction_at_most_50(pattern, seq_len):
+    """Right on short sequences: at most the last 50 queries read (red-team round 51, in the judge)."""
+    stripe = pattern.diagonal(offset=-(seq_len - 1), dim1=-2, dim2=-1)
+    return stripe[..., -min(seq_len, 50) :].mean(dim=(0, -1))
+
+
+add(T, "at most 50 queries", lambda: harness.induction_score_test(induction_at_most_50), "differs for 60")
 
 
 def segments_with(kind):
@@ -2056,6 +2073,19 @@ add(T, "zero-ablation", ablate_with("zero"), "zero ablation", "to zero")
 add(T, "mean over positions", ablate_with("pos_mean"), "mean over the positions", "over positions")
 add(T, "every head ablated", ablate_with("all_heads"), "every head", "other heads", "all heads")
 add(T, "ablates the values (hook_v)", ablate_with("wrong_hook"), "hook_v", "hook_z", "the values")
+
+
+def ablate_first_rows(model, tokens, layer, heads):
+    """Right on up to 8 rows: the mean over the first 8 only (red-team round 51, in the judge)."""
+
+    def hook(z, hook):
+        z[:, :, heads] = z[:8, :, heads].mean(dim=0, keepdim=True)
+        return z
+
+    return model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook)])
+
+
+add(T, "the mean of the first 8 rows", lambda: harness.mean_ablation_test(ablate_first_rows), "differs on 20")
 
 
 def pattern_with(kind):
@@ -2201,6 +2231,16 @@ add(T, "", lambda: harness.logit_lens_test(c08.logit_lens))
 add(T, "no final LayerNorm", lens_with("no_ln"), "ln_final", "final layernorm")
 add(T, "final resid_post missing", lens_with("no_last"), "n_layers + 1", "after the last")
 add(T, "no b_U", lens_with("no_bU"), "b_u")
+
+
+def lens_eight_layers(model, cache):
+    """Right on up to 8 layers: the streams read from a list of 8 written in (red-team round 51, in the judge)."""
+    n = min(model.cfg.n_layers, 8)
+    res = [cache[f"blocks.{i}.hook_resid_pre"] for i in range(n)] + [cache[f"blocks.{n - 1}.hook_resid_post"]]
+    return torch.stack([model.unembed(model.ln_final(r)) for r in res])
+
+
+add(T, "at most 8 layers", lambda: harness.logit_lens_test(lens_eight_layers), "differs on 12 layers")
 add(
     T,
     "starts from the token embedding only",
