@@ -541,7 +541,8 @@ def shared_embedding_test(SharedEmbedding) -> None:
     """Checks `SharedEmbedding(cfg)`: W_E initialised with std d_model^-0.5, `forward(tokens)` = W_E[tokens] *
     sqrt(d_model) + the sinusoidal encoding, and `unembed(x)` = x @ W_E.T (the tied output layer)."""
     name = "SharedEmbedding"
-    for d_model, d_vocab in ((64, 500), (36, 300)):  # two sizes: neither can be hard-coded
+    # three sizes, the last the original Transformer's width: none can be written in
+    for d_model, d_vocab in ((64, 500), (36, 300), (512, 40)):
         cfg = replace(CHECK_CFG, d_model=d_model, d_vocab=d_vocab)
         _shared_embedding_case(SharedEmbedding, cfg, name if d_model == 64 else f"{name} (d_model={d_model})")
     print(f"{name} passed: std d_model^-0.5 at initialisation, W_E[tokens] * sqrt(d_model) + pe[:pos], x @ W_E.T.")

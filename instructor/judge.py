@@ -117,6 +117,12 @@ CONFIGS = {
     # a table of 400 x 96 entries: its initial spread is measured to within 1% (the check allows 10%), and d_model
     # is none of the check's (64, 36)
     "encdec_wide": ("EncoderDecoderConfig", {**SMALL_ENCDEC, "d_model": 96, "d_head": 24, "d_vocab": 400}),
+    # the original Transformer's width (d_model 512, 8 heads of 64), past every drawn shape's: a scale or a
+    # sinusoid table that stops at some width shows
+    "encdec_512": (
+        "EncoderDecoderConfig",
+        {**SMALL_ENCDEC, "d_model": 512, "n_heads": 8, "d_head": 64, "d_ff": 520, "d_vocab": 29},
+    ),
 }
 MAX_OUTPUT_BYTES = 16 << 20  # the outputs of every probe together are a few hundred kB at most
 MAX_OUTPUT_HEADER = 1 << 20  # their safetensors header, which names each tensor, a few kB
@@ -1293,7 +1299,10 @@ PROBES: dict[str, tuple[Probe, ...]] = {
             (("float", (1, "pos", "d_model")), ("float", (1, "src", "d_model")), ("none", None), ("bool", False)),
             config="encdec",
         ),
-        Probe("test_shared_embedding", "SharedEmbedding", (("target_in", ("batch", "pos")),), config="encdec"),
+        *(
+            Probe("test_shared_embedding", "SharedEmbedding", (("target_in", ("batch", "pos")),), config=config)
+            for config in ("encdec", "encdec_512")
+        ),
         Probe(  # forward and the tied output layer, unembed
             "test_shared_embedding",
             "SharedEmbedding",

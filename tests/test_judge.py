@@ -1405,6 +1405,14 @@ PARITY_MISTAKES = [
         "nn.init.normal_(self.W_E, mean=0.0, std=0.02)",
         "initialises W_E with mean",
     ),
+    (  # a scale that stops at some width: right on every drawn shape (d_model 48 at most), wrong at the original
+        # Transformer's 512
+        "09_encoder_decoder",
+        "test_shared_embedding",
+        "self.W_E[tokens] * math.sqrt(self.cfg.d_model)",
+        "self.W_E[tokens] * math.sqrt(min(self.cfg.d_model, 256))",
+        "differs from the course's SharedEmbedding",
+    ),
     (  # the output layer scaled by sqrt(d_model) as the embedding is
         "09_encoder_decoder",
         "test_shared_embedding",

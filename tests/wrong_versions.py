@@ -2392,8 +2392,16 @@ class SENoPE(SE):
         return self.W_E[tokens] * math.sqrt(self.cfg.d_model)
 
 
+class SECappedScale(SE):
+    """Right on every width below 256: the scale stops there."""
+
+    def forward(self, tokens):
+        return self.W_E[tokens] * math.sqrt(min(self.cfg.d_model, 256)) + self.pe[: tokens.shape[1]]
+
+
 T = "shared_embedding_test"
 add(T, "", lambda: harness.shared_embedding_test(SE))
+add(T, "a scale that stops at d_model 256", lambda: harness.shared_embedding_test(SECappedScale), "d_model=512")
 add(T, "no sqrt(d_model) scaling", lambda: harness.shared_embedding_test(SENoScale), "sqrt(d_model)")
 add(
     T,
