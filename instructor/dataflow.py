@@ -146,11 +146,13 @@ def _live(cells: list, trees: dict, budget: _Budget) -> set[int]:
 
 
 def _library_names(cells: list, trees: dict) -> frozenset[str]:
-    """Names the course's own cells import from a library (`from harness import Config`) and no cell binds any other
-    way: a library's classes and functions, which what is made from them does not share (`cfg =
-    Config.from_reference(reference)` is an instance, as `Config(...)` is). Counted as sources, they made every cell
-    that calls the learner's code on a model (a model made from `cfg`) one that may change `Config`, which every
-    later class reads in its annotations: 07's demonstrations, 10 s of its nbgrader run, all ran (measured)."""
+    """Classes the course's own cells import from a library (`from harness import Config`) and no cell binds any
+    other way, which what is made from them does not share (`cfg = Config.from_reference(reference)` is an
+    instance, as `Config(...)` is). Counted as sources, they made every cell that calls the learner's code on a
+    model (a model made from `cfg`) one that may change `Config`, which every later class reads in its annotations:
+    07's demonstrations, 10 s of its nbgrader run, all ran (measured). A class by its name (`_class_like`): an
+    imported object (`FAST_CONFIG`, a list) stays a source, as an alias can change it (red-team round 52);
+    `tests/test_grading.py` checks that every such name the course imports is a class."""
     imported, bound = set(), set()
     for i, tree in trees.items():
         ours = cells[i].metadata.get(GIVEN) is True and not _is_grade(cells[i])
@@ -161,7 +163,13 @@ def _library_names(cells: list, trees: dict) -> frozenset[str]:
         bound |= _binds(ast.Module(body=others, type_ignores=[]))
         if not ours:
             bound |= _binds(tree)
-    return frozenset(imported - bound - {"*"})
+    return frozenset(name for name in imported - bound if _class_like(name))
+
+
+def _class_like(name: str | None) -> bool:
+    """A class's name, by Python's convention (CapWords: `Config`, `GPT2LMHeadModel`), not a constant's (`EOT`,
+    `FAST_CONFIG`) nor a function's or module's."""
+    return bool(name) and name[0].isupper() and not name.isupper()
 
 
 def _constant_names(trees: dict) -> frozenset[str]:
@@ -369,8 +377,11 @@ def _changes(tree: ast.Module, modules: frozenset[str]) -> set[str]:
             if not pure:
                 out |= {_root_name(a) for a in [*node.args, *(k.value for k in node.keywords)]} - modules
                 if isinstance(func, ast.Attribute):  # what it is called on: `model.eval()` changes `model`;
-                    # `Model(cfg).eval()` a new model, made from `cfg` (as `_derivations` has it), not the class
+                    # `Model(cfg).eval()` a new model, made from `cfg` (as `_derivations` has it), not the class;
+                    # `mask(4).zero_()` what a function returned, which may be its cached object: the function
                     out |= _aliased(func.value) - modules
+                    if not (_class_like(root) and any(isinstance(n, ast.Call) for n in ast.walk(func.value))):
+                        out |= {root} - modules
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             if any(not isinstance(t, ast.Name) and _root_name(t) in modules for t in targets):

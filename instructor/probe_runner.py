@@ -2321,17 +2321,28 @@ def _record(call, python: bool = True):
     and with `python`, Python functions in this one (a thread's are withdrawn for it as for this one:
     `withdraw_python`). Code of the learner's that replaces the profiler's Python tracer (`cProfile` around a loop)
     is not refused: the record is a second line."""
+    out, ran, unreadable = _record_all(call, python)
+    if unreadable:
+        raise RecordUnreadable(unreadable)
+    return out, ran
+
+
+def _record_all(call, python: bool):
+    """`call()`'s result, the names of what the profiler recorded that could be read, and why one could not ("" if
+    every one could)."""
     with _PROFILE(activities=[_CPU], with_stack=python, experimental_config=_ALL_THREADS) as record:
         out = call()
-    try:
-        # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s
-        # for a 6-step training probe's 32,000 events where this takes 0.07 s (measured)
-        ran = {str(event.name()) for event in record.profiler.kineto_results.events()}
-    except UnicodeDecodeError as err:
-        # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
-        # compiled and freed while it recorded, the first time something runs); the call is made again.
-        raise RecordUnreadable(str(err)) from None
-    return out, ran
+    ran, unreadable = set(), ""
+    # the raw events' names: torch's `record.events()` builds a tree of Python objects from them first, 2.9 s for a
+    # 6-step training probe's 32,000 events where this takes 0.07 s (measured)
+    for event in record.profiler.kineto_results.events():
+        try:
+            ran.add(str(event.name()))
+        except UnicodeDecodeError as err:
+            # Measured in fresh probe processes: a function name in the profiler's events is sometimes garbage (code
+            # compiled and freed while it recorded, the first time something runs)
+            unreadable = str(err)
+    return out, ran, unreadable
 
 
 def _is_event_of(rule: str, event: str) -> bool:
@@ -2404,7 +2415,7 @@ def _call_watching(target: str, call, forbidden: tuple[str, ...]):
     # record would add nothing. The Python tracer doubled 08's probes (TransformerLens's hooks: 25 s against 12 s,
     # measured); it stays wherever nothing was withdrawn (the judge's tests, a probe run unsandboxed)
     python = any(rule.startswith("py:") and rule not in _PY_WITHDRAWN for rule in forbidden)
-    out, ran = _record(call, python)
+    out, ran, unreadable = _record_all(call, python)
     # each name's verdict once per set of rules: matching every event against every rule took a third of 07's
     # probe time (1,800 records of up to 357,000 events, measured with py-spy)
     seen = _VERDICTS.setdefault(forbidden, {})
@@ -2415,6 +2426,9 @@ def _call_watching(target: str, call, forbidden: tuple[str, ...]):
             f"{target} ran code this exercise forbids (a library's implementation of what it asks you to write, "
             f"or the course's reference), whatever name reached it: {', '.join(h[:80] for h in hits[:2])}{more}"
         )
+    if unreadable:  # made again (`run_probes`), once what could be read was judged: a forbidden call made only in
+        # the attempt whose record had an unreadable name passed while that record was thrown away unread
+        raise RecordUnreadable(unreadable)
     return out
 
 

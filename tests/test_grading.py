@@ -1208,8 +1208,46 @@ def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs(
         assert 3 not in _skipped(*cells, ("test", "check(Mine)")), other
     cells = [("given", setup), ("learner", "Config = dict(Config.__dict__)\n" + learner), ("given", "cfg.n = 2")]
     assert _skipped(*cells, ("test", "check(Mine)")) == [], "a name the learner binds"
+    # red-team round 52: an imported object, not a class, changed through an alias; a method called on what a
+    # function returned, which may be the function's cached object
+    for imported, alias, change, reads in (
+        ("FAST_CONFIG", "cfg = FAST_CONFIG", "cfg.n_ctx = 8", "FAST_CONFIG.n_ctx"),
+        ("shared_list", "items = shared_list", "items.append(1)", "len(shared_list)"),
+    ):
+        cells = [("given", f"from lib import {imported}\n{alias}"), ("learner", f"def f():\n    return {reads}")]
+        assert _skipped(*cells, ("given", change), ("test", "check(f)")) == [], imported
+    cached = "import functools, torch\n@functools.cache\ndef mask(n):\n    return torch.ones(n, n).tril()\n"
+    cells = [("learner", cached + "def g(n):\n    return mask(n)"), ("given", "mask(4).zero_()")]
+    assert _skipped(*cells, ("test", "check(g)")) == [], "a method on a function's cached result"
     # a cell too deep for the analysis leaves nothing out
     assert _skipped(("given", "unused = 1"), ("learner", "x = " + "1 + " * 600 + "1"), ("test", "check()")) == []
+
+
+def test_the_names_taken_for_classes_in_the_course_are_classes():
+    """nbgrader's run takes a name the course's cells import with a class's name (CapWords) for a class, which what
+    is made from it does not share (`dataflow._library_names`): each such name in the solutions is one."""
+    import importlib
+
+    from instructor import dataflow
+    from instructor.course import SOLUTIONS_DIR
+
+    seen = set()
+    for path in sorted(SOLUTIONS_DIR.glob("*.ipynb")):
+        for cell in read_json(path)["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            try:
+                tree = ast.parse(cell_source(cell))
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    for alias in node.names:
+                        if dataflow._class_like(alias.asname or alias.name):
+                            value = getattr(importlib.import_module(node.module), alias.name)
+                            assert isinstance(value, type), (path.stem, node.module, alias.name, type(value))
+                            seen.add(alias.name)
+    assert {"Config", "Tensor", "Float"} <= seen, sorted(seen)
 
 
 def test_a_cell_under_time_or_capture_defines_what_it_holds():
