@@ -194,7 +194,7 @@ def _immutable(value: ast.AST) -> bool:
         value = value.operand
     if isinstance(value, ast.Tuple):
         return all(map(_immutable, value.elts))
-    return isinstance(value, ast.Constant) and not isinstance(value.value, bytes) or False
+    return isinstance(value, ast.Constant)
 
 
 def _with_sources(names: set[str], made_from: dict[str, set[str]], budget: _Budget) -> set[str]:

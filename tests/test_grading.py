@@ -1223,6 +1223,19 @@ def test_grading_leaves_out_only_the_course_demonstrations_no_graded_cell_needs(
     assert _skipped(("given", "unused = 1"), ("learner", "x = " + "1 + " * 600 + "1"), ("test", "check()")) == []
 
 
+def test_a_worker_warms_the_feedback_pages_once(tmp_path):
+    """The worker makes one page of the course's own before any submission's (`offline_html.warm_feedback`): the
+    feedback templates are then compiled, for every page's child to start with. It fails silently in the worker (a
+    page's child then does the work itself), so it is run here."""
+    from nbgrader.apps import NbGraderAPI
+
+    from instructor.course import nbgrader_config
+    from instructor.offline_html import _COMPILED, warm_feedback
+
+    warm_feedback(NbGraderAPI(config=nbgrader_config(60, 600, tmp_path, None)))
+    assert len(_COMPILED.store) >= 3  # the feedback template and those it extends
+
+
 def test_the_names_taken_for_classes_in_the_course_are_classes():
     """nbgrader's run takes a name the course's cells import with a class's name (CapWords) for a class, which what
     is made from it does not share (`dataflow._library_names`): each such name in the solutions is one."""

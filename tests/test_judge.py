@@ -3580,6 +3580,30 @@ def test_a_forbidden_call_inside_a_shared_record_is_named(tmp_path):
     assert not verdict["passed"] and "solutions/07_sampling_and_kv_cache.ipynb" in verdict["message"], verdict
 
 
+def test_a_record_judges_what_it_could_read_before_it_is_made_again(monkeypatch):
+    """A record with an unreadable name is made again, calls and all; a forbidden name it could read is refused
+    first (the attempt was thrown away unread, and a cheat made only in it passed). And Python functions are
+    recorded only for rules still in the process (`withdraw_python` takes them out for good in the probe child)."""
+    rules = ("py:harness/checks.py", "aten::gelu")
+    seen, pythons = [set(), ""], []
+
+    def record(call, python):
+        pythons.append(python)
+        return call(), *seen
+
+    monkeypatch.setattr(probe_runner, "_record_all", record)
+    seen[:] = [{"harness/checks.py(3): answer"}, "unreadable"]
+    with pytest.raises(probe_runner.ProbeError, match="harness/checks.py"):
+        probe_runner._call_watching("f", lambda: 1, rules)
+    seen[:] = [{"aten::add"}, "unreadable"]
+    with pytest.raises(probe_runner.RecordUnreadable):
+        probe_runner._call_watching("f", lambda: 1, rules)
+    monkeypatch.setattr(probe_runner, "_PY_WITHDRAWN", {"py:harness/checks.py"})
+    seen[:] = [{"aten::add"}, ""]
+    assert probe_runner._call_watching("f", lambda: 1, rules) == 1
+    assert pythons == [True, True, False]
+
+
 def test_a_scalars_message_shows_its_inputs_and_a_groups_message_names_its_parameters(tmp_path):
     """A number off by a step, or one parameter decayed, is found from what the probe was called with (a mutation
     sweep: "returned 0.00385, the course's 0.00386" and "at index [1]" named neither)."""
